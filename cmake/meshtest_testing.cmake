@@ -1,0 +1,28 @@
+# meshtest_add_mpi_test(<target> [NP n...] [TIMEOUT s] [ARGS ...])
+# Registers an MPI GoogleTest binary in CTest once per rank count, as
+# <target>.np<N>, with labels "mpi" and "np<N>", PROCESSORS N and a timeout.
+# mpirun gets --oversubscribe (the rank count may exceed the cores) and is
+# allowed to run as root (CI containers).
+include_guard(GLOBAL)
+
+set(MESHTEST_DEFAULT_NPS 1 2 3 4 8 CACHE STRING "Rank counts for MPI tests")
+
+function(meshtest_add_mpi_test target)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "NP;ARGS" ${ARGN})
+  if(NOT ARG_NP)
+    set(ARG_NP ${MESHTEST_DEFAULT_NPS})
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  foreach(np IN LISTS ARG_NP)
+    add_test(NAME ${target}.np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
+    set_tests_properties(${target}.np${np} PROPERTIES
+      LABELS "mpi;np${np}"
+      PROCESSORS ${np}
+      TIMEOUT ${ARG_TIMEOUT}
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endfunction()

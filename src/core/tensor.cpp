@@ -1,0 +1,140 @@
+// Tensor storage, slicing, concat and the array_split split.
+#include "src/core/tensor.hpp"
+
+#include <fmt/format.h>
+
+namespace meshtest {
+
+DType dtype_from_name(std::string_view name) {
+  for (DType t : kAllDTypes) {
+    if (dtype_name(t) == name) return t;
+  }
+  fail("unknown dtype '{}' (expected one of f32, f64, bf16, i32, i64, u8)", name);
+}
+
+Tensor::Tensor(Shape shape, DType dtype)
+    : shape_(shape),
+      dtype_(dtype),
+      data_(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype)) {}
+
+Tensor Tensor::from_bytes(Shape shape, DType dtype, std::span<const std::byte> src) {
+  Tensor t(shape, dtype);
+  MESHTEST_CHECK(src.size() == t.nbytes(), "Tensor::from_bytes: {}{} needs {} bytes, got {}", dtype,
+                 shape, t.nbytes(), src.size());
+  if (!src.empty()) std::memcpy(t.bytes(), src.data(), src.size());
+  return t;
+}
+
+void Tensor::check_type(DType want) const {
+  MESHTEST_CHECK(want == dtype_, "Tensor {}: accessed as {}, but its dtype is {}", describe(*this),
+                 want, dtype_);
+}
+
+Eigen::Index Tensor::rows2d() const {
+  return shape_.rank() == 0 ? 1 : shape_.outer(shape_.rank() - 1);
+}
+Eigen::Index Tensor::cols2d() const { return shape_.rank() == 0 ? 1 : shape_[shape_.rank() - 1]; }
+
+Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t size) const {
+  const int d = shape_.normalize_dim(dim);
+  const std::int64_t n = shape_[d];
+  MESHTEST_CHECK(start >= 0 && size >= 0 && start + size <= n,
+                 "slice [{}, {}) out of range along dim {} of size {} (tensor {})", start,
+                 start + size, d, n, describe(*this));
+  Tensor out(shape_.with(d, size), dtype_);
+  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
+  const std::size_t src_block = static_cast<std::size_t>(n) * inner;
+  const std::size_t dst_block = static_cast<std::size_t>(size) * inner;
+  if (dst_block == 0) return out;
+  const std::int64_t outer = shape_.outer(d);
+  for (std::int64_t o = 0; o < outer; ++o) {
+    std::memcpy(out.bytes() + o * dst_block, bytes() + o * src_block + start * inner, dst_block);
+  }
+  return out;
+}
+
+void Tensor::assign_slice(int dim, std::int64_t start, const Tensor& src) {
+  const int d = shape_.normalize_dim(dim);
+  MESHTEST_CHECK(src.dtype_ == dtype_, "assign_slice: dtype {} into a tensor of dtype {}",
+                 src.dtype_, dtype_);
+  MESHTEST_CHECK(src.rank() == rank() && src.shape_.with(d, shape_[d]) == shape_,
+                 "assign_slice: shape {} does not fit {} along dim {}", src.shape_, shape_, d);
+  const std::int64_t size = src.shape_[d];
+  MESHTEST_CHECK(start >= 0 && start + size <= shape_[d],
+                 "assign_slice: [{}, {}) out of range along dim {} of size {}", start, start + size,
+                 d, shape_[d]);
+  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
+  const std::size_t dst_block = static_cast<std::size_t>(shape_[d]) * inner;
+  const std::size_t src_block = static_cast<std::size_t>(size) * inner;
+  if (src_block == 0) return;
+  const std::int64_t outer = shape_.outer(d);
+  for (std::int64_t o = 0; o < outer; ++o) {
+    std::memcpy(bytes() + o * dst_block + start * inner, src.bytes() + o * src_block, src_block);
+  }
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  MESHTEST_CHECK(shape.numel() == numel(), "reshape: {} has {} elements, {} has {}", shape_,
+                 numel(), shape, shape.numel());
+  Tensor out = *this;
+  out.shape_ = shape;
+  return out;
+}
+
+Tensor Tensor::astype(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor out(shape_, dtype);
+  visit_dtype(dtype_, [&]<class S>(type_tag<S>) {
+    visit_dtype(dtype,
+                [&]<class D>(type_tag<D>) { out.vector<D>() = vector<S>().template cast<D>(); });
+  });
+  return out;
+}
+
+bool Tensor::bitwise_equal(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ && data_ == other.data_;
+}
+
+double Tensor::item(std::int64_t i) const {
+  MESHTEST_CHECK(i >= 0 && i < numel(), "item: index {} out of range [0, {})", i, numel());
+  return visit_dtype(dtype_,
+                     [&]<class T>(type_tag<T>) { return static_cast<double>(data<T>()[i]); });
+}
+
+void Tensor::fill(double v) {
+  visit_dtype(dtype_, [&]<class T>(type_tag<T>) { vector<T>().setConstant(static_cast<T>(v)); });
+}
+
+Tensor concat(const std::vector<Tensor>& parts, int dim) {
+  MESHTEST_CHECK(!parts.empty(), "concat: no tensors given");
+  const Tensor& first = parts.front();
+  const int d = first.shape().normalize_dim(dim);
+  std::int64_t total = 0;
+  for (const Tensor& p : parts) {
+    MESHTEST_CHECK(p.dtype() == first.dtype(), "concat: dtypes differ ({} and {})", first.dtype(),
+                   p.dtype());
+    MESHTEST_CHECK(p.rank() == first.rank() && p.shape().with(d, first.shape()[d]) == first.shape(),
+                   "concat along dim {}: shapes {} and {} differ in another dim", d, first.shape(),
+                   p.shape());
+    total += p.shape()[d];
+  }
+  Tensor out(first.shape().with(d, total), first.dtype());
+  std::int64_t at = 0;
+  for (const Tensor& p : parts) {
+    out.assign_slice(d, at, p);
+    at += p.shape()[d];
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& t, int p, int dim) {
+  const int d = t.shape().normalize_dim(dim);
+  std::vector<Tensor> out;
+  out.reserve(static_cast<std::size_t>(p));
+  for (int i = 0; i < p; ++i) out.push_back(t.slice(d, split_range(t.shape()[d], p, i)));
+  return out;
+}
+
+std::string describe(const Tensor& t) { return fmt::format("{}{}", t.dtype(), t.shape()); }
+
+}  // namespace meshtest

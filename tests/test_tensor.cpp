@@ -1,0 +1,67 @@
+// Tensor, Shape and the array_split rule.
+#include <gtest/gtest.h>
+
+#include "src/core/tensor.hpp"
+
+namespace meshtest {
+namespace {
+
+TEST(SplitRange, FollowsArraySplit) {
+  // numpy.array_split(range(10), 4) -> sizes 3, 3, 2, 2
+  EXPECT_EQ(split_sizes(10, 4), (std::vector<std::int64_t>{3, 3, 2, 2}));
+  EXPECT_EQ(split_range(10, 4, 2), (Range{6, 2}));
+  EXPECT_EQ(split_sizes(2, 4), (std::vector<std::int64_t>{1, 1, 0, 0}));
+  EXPECT_EQ(split_sizes(0, 3), (std::vector<std::int64_t>{0, 0, 0}));
+  EXPECT_THROW(split_range(4, 0, 0), Error);
+  EXPECT_THROW(split_range(4, 2, 2), Error);
+}
+
+TEST(Tensor, SliceConcatRoundTripEveryDim) {
+  std::vector<std::int32_t> v(2 * 3 * 5);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(i);
+  const Tensor t = Tensor::from_vector(Shape{2, 3, 5}, v);
+  for (int dim = 0; dim < 3; ++dim) {
+    for (int p : {1, 2, 3, 4, 7}) {
+      auto parts = split(t, p, dim);
+      ASSERT_EQ(parts.size(), static_cast<std::size_t>(p));
+      EXPECT_TRUE(concat(parts, dim).bitwise_equal(t)) << "dim " << dim << " p " << p;
+    }
+  }
+}
+
+TEST(Tensor, SliceTakesTheRightElements) {
+  std::vector<double> v(12);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  const Tensor t = Tensor::from_vector(Shape{3, 4}, v);
+  const Tensor s = t.slice(1, 1, 2);  // columns 1..2
+  EXPECT_EQ(s.shape(), (Shape{3, 2}));
+  EXPECT_EQ(s.span<double>()[0], 1.0);
+  EXPECT_EQ(s.span<double>()[1], 2.0);
+  EXPECT_EQ(s.span<double>()[2], 5.0);
+  EXPECT_EQ(s.span<double>()[5], 10.0);
+  EXPECT_EQ(t.matrix<double>()(2, 3), 11.0);
+}
+
+TEST(Tensor, BadInputThrows) {
+  Tensor t(Shape{2, 3}, DType::f32);
+  EXPECT_THROW(t.slice(2, 0, 1), Error);
+  EXPECT_THROW(t.slice(1, 2, 2), Error);
+  EXPECT_THROW(t.data<double>(), Error);
+  EXPECT_THROW(t.reshape(Shape{4}), Error);
+  EXPECT_THROW(concat({t, Tensor(Shape{2, 3}, DType::f64)}, 0), Error);
+  EXPECT_THROW(concat({t, Tensor(Shape{3, 3}, DType::f32)}, 1), Error);
+  EXPECT_THROW(concat({}, 0), Error);
+  EXPECT_THROW((Shape{1, 2, 3, 4, 5, 6, 7}), Error);
+  EXPECT_THROW(dtype_from_name("f16"), Error);
+}
+
+TEST(Tensor, AstypeRoundsBf16) {
+  const Tensor t = Tensor::from_vector(Shape{3}, std::vector<float>{1.0f, 1.00390625f, 3.5f});
+  const Tensor b = t.astype(DType::bf16);
+  EXPECT_EQ(b.item(0), 1.0);
+  EXPECT_EQ(b.item(1), 1.0);  // 1 + 2^-8 ties to even -> 1
+  EXPECT_EQ(b.item(2), 3.5);
+}
+
+}  // namespace
+}  // namespace meshtest
