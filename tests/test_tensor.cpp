@@ -65,3 +65,14 @@ TEST(Tensor, AstypeRoundsBf16) {
 
 }  // namespace
 }  // namespace meshtest
+
+namespace meshtest {
+namespace {
+TEST(Shape, OverflowingElementCountThrows) {
+  EXPECT_THROW((Shape{1LL << 40, 1LL << 40}), Error);
+  EXPECT_THROW((Shape{0, 1LL << 62, 1LL << 62}), Error);  // inner(0) would overflow
+  EXPECT_NO_THROW((Shape{0, 1LL << 62}));
+  EXPECT_EQ((Shape{1LL << 31, 1LL << 31}).numel(), 1LL << 62);
+}
+}  // namespace
+}  // namespace meshtest

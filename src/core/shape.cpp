@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace meshtest {
 
@@ -15,6 +16,14 @@ Shape::Shape(std::span<const std::int64_t> dims) {
     dims_[i] = dims[i];
   }
   rank_ = static_cast<int>(dims.size());
+  // Every product of dims (numel, outer, inner) must fit in int64, zero dims skipped.
+  std::int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) {
+    const std::int64_t d = std::max<std::int64_t>(dims_[i], 1);
+    MESHTEST_CHECK(n <= std::numeric_limits<std::int64_t>::max() / d,
+                   "Shape {}: a product of its dims overflows int64", str());
+    n *= d;
+  }
 }
 
 int Shape::check_dim(int d) const {

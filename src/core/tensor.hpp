@@ -29,7 +29,7 @@ class Tensor {
                    "Tensor::from_vector: shape {} needs {} values, got {}", shape, shape.numel(),
                    values.size());
     Tensor t(shape, dtype_of<T>());
-    std::memcpy(t.bytes(), values.data(), t.nbytes());
+    if (!values.empty()) std::memcpy(t.bytes(), values.data(), t.nbytes());
     return t;
   }
   /// Tensor of `shape` and `dtype` whose bytes are copied from `src` (nbytes long).
