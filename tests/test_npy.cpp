@@ -87,11 +87,12 @@ TEST(Npy, HeaderIsByteExactWithNumpy) {
        "{'descr': 'bfloat16', 'fortran_order': False, 'shape': (2,), }", 55},
       {Tensor(Shape{1000, 2}, DType::u8),
        "{'descr': '|u1', 'fortran_order': False, 'shape': (1000, 2), }", 55},
-      // Here the 20 growth spaces push the header from 128 to 192 bytes.
-      {Tensor(Shape{0, 1000000000, 1000000000, 1000000000, 1000000000, 1}, DType::bf16),
-       "{'descr': 'bfloat16', 'fortran_order': False, 'shape': (0, 1000000000, 1000000000, "
-       "1000000000, 1000000000, 1), }",
-       69},
+      // A long rank-6 header (the longest whose dims' product fits in int64, which Shape
+      // requires): 20 growth spaces plus 3 of padding reach exactly 128 bytes.
+      {Tensor(Shape{0, 1000000, 1000000, 1000000, 9, 1}, DType::bf16),
+       "{'descr': 'bfloat16', 'fortran_order': False, 'shape': (0, 1000000, 1000000, 1000000, "
+       "9, 1), }",
+       23},
       {Tensor(Shape{3}, DType::i32), "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }",
        60},
   };
