@@ -7,6 +7,15 @@ include_guard(GLOBAL)
 
 set(MESHTEST_DEFAULT_NPS 1 2 3 4 8 CACHE STRING "Rank counts for MPI tests")
 
+# Environment of every MPI test run. Sanitizer builds suppress the MPI
+# runtime's own process-lifetime allocations (cmake/lsan.supp), not ours.
+set(MESHTEST_MPI_TEST_ENV
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+if(MESHTEST_SANITIZE)
+  list(APPEND MESHTEST_MPI_TEST_ENV
+       "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
+endif()
+
 function(meshtest_add_mpi_test target)
   cmake_parse_arguments(ARG "" "TIMEOUT" "NP;ARGS" ${ARGN})
   if(NOT ARG_NP)
@@ -23,6 +32,6 @@ function(meshtest_add_mpi_test target)
       LABELS "mpi;np${np}"
       PROCESSORS ${np}
       TIMEOUT ${ARG_TIMEOUT}
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+      ENVIRONMENT "${MESHTEST_MPI_TEST_ENV}")
   endforeach()
 endfunction()

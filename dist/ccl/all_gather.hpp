@@ -10,7 +10,18 @@ namespace meshtest::dist {
 /// calls it, and all devices call the same CCLs in the same order.
 /// x: [..., n_i, ...] on device i (n_i may differ, e.g. array_split shards;
 /// all other dims and the dtype must agree). Returns [..., sum_i n_i, ...],
-/// the pieces concatenated along opt.dim in axis order, on every device.
+/// the pieces concatenated along opt.dim in axis order, on every device. Empty pieces
+/// (n_i = 0) are fine. Runs one metadata MPI_Allgather, then MPI_Allgatherv.
+/// Throws meshtest::Error, the same on every device of the group (never a hang), when:
+/// opt.axis is not 0, 1 or kAllAxes (thrown locally, before any communication); opt.dim is
+/// out of range [-rank, rank) on any device; devices disagree on opt.dim; dtypes differ;
+/// shapes differ outside opt.dim; the output exceeds INT_MAX elements.
 Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOptions& opt = {});
+
+namespace all_gather_bw {
+/// nccl-tests bus bandwidth factor over n devices: busbw = algbw * (n-1)/n, with
+/// algbw = S / t and S the bytes of the gathered output.
+double bus_factor(int n);
+}  // namespace all_gather_bw
 
 }  // namespace meshtest::dist

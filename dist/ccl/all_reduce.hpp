@@ -8,9 +8,20 @@ namespace meshtest::dist {
 
 /// Collective over the devices of `opt.axis` (same CCLs, same order on all).
 /// x: the same shape and dtype on every device. Returns the reduction on every device.
+/// avg = sum, then / p (floating dtypes only); bf16 reduces in f32 and rounds to bf16; u8
+/// cannot be reduced. Runs one metadata MPI_Allgather, then MPI_Allreduce. Throws
+/// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
+/// (locally); devices disagreeing on op, dtype or shape; an unsupported op for the dtype
+/// ("reduce op X is not supported for dtype Y"); more than INT_MAX elements.
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt = {});
 
-/// In-place all_reduce: x is overwritten with the result.
+/// In-place all_reduce (MPI_IN_PLACE): x is overwritten with the result. Same contract.
 void all_reduce_inplace(const MeshDevice& mesh, Tensor& x, const AllReduceOptions& opt = {});
+
+namespace all_reduce_bw {
+/// nccl-tests bus bandwidth factor over n devices: busbw = algbw * 2(n-1)/n, with
+/// algbw = S / t and S the bytes of the vector.
+double bus_factor(int n);
+}  // namespace all_reduce_bw
 
 }  // namespace meshtest::dist

@@ -1,0 +1,41 @@
+// all_reduce: MPI_Allreduce, out of place or in place; avg = sum / p.
+#include "dist/ccl/all_reduce.hpp"
+
+#include "dist/ccl/detail.hpp"
+
+namespace meshtest::dist {
+
+namespace all_reduce_bw {
+double bus_factor(int n) {
+  MESHTEST_CHECK(n > 0, "all_reduce bus_factor: {} devices; need at least 1", n);
+  return 2.0 * (n - 1) / n;
+}
+}  // namespace all_reduce_bw
+
+namespace {
+// Reduces x into out; x and out are the same tensor for the in-place form.
+void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOptions& opt,
+         std::string_view name) {
+  detail::Call call(name, mesh, opt.axis, x, fmt::format("op {}", reduce_op_name(opt.op)));
+  call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
+  const MPI_Op op = call.reduce_op(opt.op, x.dtype());
+  const int count = call.count(x.numel(), "the tensor");
+  if (count == 0) return;
+  const void* send = &x == &out ? MPI_IN_PLACE : x.bytes();
+  MESHTEST_MPI(
+      MPI_Allreduce(send, out.bytes(), count, detail::mpi_type(x.dtype()), op, call.comm()));
+  detail::finish_avg(out, opt.op, call.size());
+}
+}  // namespace
+
+Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt) {
+  Tensor out(x.shape(), x.dtype());
+  run(mesh, x, out, opt, "all_reduce");
+  return out;
+}
+
+void all_reduce_inplace(const MeshDevice& mesh, Tensor& x, const AllReduceOptions& opt) {
+  run(mesh, x, x, opt, "all_reduce_inplace");
+}
+
+}  // namespace meshtest::dist

@@ -1,0 +1,119 @@
+// all_to_all and all_to_all_v: MPI_Alltoallv of blocks along split_dim, placed along concat_dim.
+#include "dist/ccl/all_to_all.hpp"
+
+#include <numeric>
+
+#include "dist/ccl/detail.hpp"
+
+namespace meshtest::dist {
+
+namespace all_to_all_bw {
+double bus_factor(int n) {
+  MESHTEST_CHECK(n > 0, "all_to_all bus_factor: {} devices; need at least 1", n);
+  return static_cast<double>(n - 1) / n;
+}
+}  // namespace all_to_all_bw
+
+namespace {
+
+// m[i * p + j]: size along s of the block device i sends to device j (every device holds the
+// whole matrix, so the count checks below throw alike everywhere).
+Tensor exchange(const detail::Call& call, const Tensor& x, int s, int c,
+                const std::vector<std::int64_t>& m) {
+  const auto p = static_cast<std::size_t>(call.size());
+  const auto me = static_cast<std::size_t>(call.index());
+  const std::int64_t unit = x.shape().outer(s) * x.shape().inner(s);  // agreed outside s
+  std::vector<std::int64_t> send(p), recv(p);
+  for (std::size_t j = 0; j < p; ++j) {
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < p; ++i) total += m[i * p + j] * unit;
+    call.count(call.group()[j].shape().numel(), "a device's send buffer");
+    call.count(total, "a device's receive buffer");
+    send[j] = m[me * p + j];
+    recv[j] = m[j * p + me];
+  }
+  // The received pieces [.., recv[i] along s, ..] are concatenated along c.
+  const Shape shape =
+      c == s ? x.shape().with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
+             : x.shape().with(s, recv[0]).with(c, call.size() * x.shape()[c]);
+  Tensor out(shape, x.dtype());
+  const std::vector<std::int64_t> placed = c == s ? recv : std::vector(p, x.shape()[c]);
+  const auto [sc, sd] = call.counts(detail::block_elems(x.shape(), s, send), "a send block");
+  const auto [rc, rd] = call.counts(detail::block_elems(x.shape(), s, recv), "a receive block");
+
+  const detail::SendBlocks sb(x, s, send);
+  detail::RecvBlocks rb(out, c, placed);
+  const MPI_Datatype type = detail::mpi_type(x.dtype());
+  MESHTEST_MPI(MPI_Alltoallv(sb.data(), sc.data(), sd.data(), type, rb.data(), rc.data(), rd.data(),
+                             type, call.comm()));
+  rb.finish();
+  return out;
+}
+
+std::string detail_of(const AllToAllOptions& opt) {
+  return fmt::format("split_dim {} concat_dim {}", opt.split_dim, opt.concat_dim);
+}
+
+}  // namespace
+
+Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions& opt) {
+  detail::Call call("all_to_all", mesh, opt.axis, x, detail_of(opt));
+  const int s = call.dim("split_dim", opt.split_dim);
+  const int c = call.dim("concat_dim", opt.concat_dim);
+  // Pieces are concatenated along c: unless c == s they must also agree in size along s.
+  detail::Agreement a{.free_dim = s};
+  if (s != c) {
+    a = {.free_dim = -1,
+         .note = fmt::format(" (split_dim {} differs from concat_dim {}, so the pieces, "
+                             "concatenated along dim {}, must also agree along dim {})",
+                             s, c, c, s)};
+  }
+  call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, a);
+  const int p = call.size();
+  std::vector<std::int64_t> m;
+  for (const detail::Meta& g : call.group()) {
+    for (int j = 0; j < p; ++j)
+      m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
+  }
+  return exchange(call, x, s, c, m);
+}
+
+Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
+                    std::span<const std::int64_t> send_counts, const AllToAllOptions& opt) {
+  detail::Call call("all_to_all_v", mesh, opt.axis, x, detail_of(opt));
+  const int s = call.dim("split_dim", opt.split_dim);
+  const int c = call.dim("concat_dim", opt.concat_dim);
+  const auto p = static_cast<std::size_t>(call.size());
+  if (send_counts.size() != p) {
+    call.local_error("send_counts has {} entries but the axis group has {} devices",
+                     send_counts.size(), p);
+  } else if (const auto neg = std::ranges::find_if(send_counts, [](auto n) { return n < 0; });
+             neg != send_counts.end()) {
+    call.local_error("send_counts[{}] is {}; counts must be >= 0", neg - send_counts.begin(), *neg);
+  } else if (const std::int64_t sum =
+                 std::accumulate(send_counts.begin(), send_counts.end(), std::int64_t{0});
+             x.rank() > 0 && sum != x.shape()[s]) {
+    call.local_error("send_counts sum to {} but x {} has {} along split_dim {}", sum, describe(x),
+                     x.shape()[s], s);
+  }
+  call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, {.free_dim = s});
+
+  std::vector<std::int64_t> m(p * p);
+  MESHTEST_MPI(MPI_Allgather(send_counts.data(), static_cast<int>(p), MPI_INT64_T, m.data(),
+                             static_cast<int>(p), MPI_INT64_T, call.comm()));
+  for (std::size_t j = 0; c != s && j < p; ++j) {
+    for (std::size_t i = 1; i < p; ++i) {
+      if (m[i * p + j] != m[j]) {
+        call.fail(
+            "split_dim {} != concat_dim {}: the pieces device {} receives are concatenated "
+            "along dim {}, so they must agree in size along dim {}, but it gets {} from {} "
+            "and {} from {}",
+            s, c, call.group()[j].device, c, s, m[j], call.who(0), m[i * p + j],
+            call.who(static_cast<int>(i)));
+      }
+    }
+  }
+  return exchange(call, x, s, c, m);
+}
+
+}  // namespace meshtest::dist

@@ -1,0 +1,328 @@
+// The common work of every collective: checks, metadata agreement, MPI maps and packing.
+#include "dist/ccl/detail.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace meshtest::dist {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::avg:
+      return "avg";
+  }
+  return "?";
+}
+
+namespace detail {
+namespace {
+
+std::string axis_name(int axis) { return axis == kAllAxes ? "all" : std::to_string(axis); }
+
+MPI_Comm checked_comm(std::string_view op, const MeshDevice& mesh, int axis) {
+  MESHTEST_DIST_CHECK(axis == kAllAxes || axis == 0 || axis == 1,
+                      "{}: axis {} out of range: valid axes are 0, 1 and kAllAxes (-1) (mesh {})",
+                      op, axis, mesh.str());
+  return mesh.comm(axis);
+}
+
+// bf16 reductions compute in f32 and round the result to bf16 (a device's dtype behaviour).
+template <class F>
+void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  using Array = Eigen::Array<bf16, Eigen::Dynamic, 1>;
+  const Eigen::Map<const Array> a(static_cast<const bf16*>(in), *len);
+  Eigen::Map<Array> b(static_cast<bf16*>(inout), *len);
+  b = F{}(a.template cast<float>(), b.template cast<float>()).template cast<bf16>();
+}
+struct Sum {
+  auto operator()(const auto& a, const auto& b) const { return a + b; }
+};
+struct Max {
+  auto operator()(const auto& a, const auto& b) const { return a.max(b); }
+};
+struct Min {
+  auto operator()(const auto& a, const auto& b) const { return a.min(b); }
+};
+
+// The bf16 datatype and ops, created on first use and freed when MPI_Finalize deletes
+// MPI_COMM_SELF's attributes.
+struct Bf16Registry {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  std::array<MPI_Op, 3> ops{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
+};
+
+int free_bf16(MPI_Comm, int, void* attr, void*) {
+  auto* r = static_cast<Bf16Registry*>(attr);
+  for (MPI_Op& op : r->ops) MPI_Op_free(&op);
+  MPI_Type_free(&r->type);
+  return MPI_SUCCESS;
+}
+
+Bf16Registry& bf16_registry() {
+  static Bf16Registry r = [] {
+    Bf16Registry n;
+    MESHTEST_MPI(MPI_Type_contiguous(2, MPI_BYTE, &n.type));
+    MESHTEST_MPI(MPI_Type_commit(&n.type));
+    MESHTEST_MPI(MPI_Op_create(&bf16_reduce<Sum>, 1, &n.ops[0]));
+    MESHTEST_MPI(MPI_Op_create(&bf16_reduce<Max>, 1, &n.ops[1]));
+    MESHTEST_MPI(MPI_Op_create(&bf16_reduce<Min>, 1, &n.ops[2]));
+    return n;
+  }();
+  static const bool registered = [] {
+    int key = MPI_KEYVAL_INVALID;
+    MESHTEST_MPI(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_bf16, &key, nullptr));
+    MESHTEST_MPI(MPI_Comm_set_attr(MPI_COMM_SELF, key, &r));
+    return true;
+  }();
+  (void)registered;
+  return r;
+}
+
+std::string show(const AgreedOption& o, std::int64_t v) {
+  return o.show != nullptr ? o.show(v) : std::to_string(v);
+}
+
+}  // namespace
+
+std::string show_reduce_op(std::int64_t op) {
+  return std::string(reduce_op_name(static_cast<ReduceOp>(op)));
+}
+
+Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
+           std::string_view detail)
+    : op_(op),
+      mesh_(mesh),
+      axis_(axis),
+      x_(x),
+      comm_(checked_comm(op, mesh, axis)),
+      size_(mesh.axis_size(axis)),
+      index_(mesh.axis_index(axis)),
+      scope_(std::string(op), fmt::format("{} {} axis {}", describe(x), detail, axis_name(axis))) {}
+
+int Call::dim(std::string_view name, int d) {
+  const int r = x_.rank();
+  if (d >= -r && d < r) return d < 0 ? d + r : d;
+  record(fmt::format("{} {} out of range [{}, {}) for x {}", name, d, -r, r, describe(x_)));
+  return 0;
+}
+
+void Call::record(std::string message) {
+  if (!error_) error_ = std::move(message);
+}
+
+std::string Call::who(int index) const {
+  return fmt::format("device {} (axis index {})", group_[static_cast<std::size_t>(index)].device,
+                     index);
+}
+
+void Call::fail_message(const std::string& message) const {
+  dist::fail("{} on axis {} of mesh {}: {}", op_, axis_name(axis_), mesh_.str(), message);
+}
+
+void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
+  Meta mine;
+  mine.rank = x_.rank();
+  for (int i = 0; i < x_.rank(); ++i) mine.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
+  mine.dtype = static_cast<std::int32_t>(x_.dtype());
+  mine.device = mesh_.device_id();
+  mine.error = error_ ? 1 : 0;
+  std::size_t k = 0;
+  for (const AgreedOption& o : options) mine.options.at(k++) = o.value;
+  group_.assign(static_cast<std::size_t>(size_), Meta{});
+  MESHTEST_MPI(
+      MPI_Allgather(&mine, sizeof(Meta), MPI_BYTE, group_.data(), sizeof(Meta), MPI_BYTE, comm_));
+
+  // 1. Errors a device found in its own input: everyone reports the first such device's.
+  const auto bad = std::ranges::count_if(group_, [](const Meta& m) { return m.error != 0; });
+  if (bad > 0) {
+    constexpr std::size_t kLen = 400;
+    std::array<char, kLen> msg{};
+    if (error_) error_->copy(msg.data(), kLen - 1);
+    std::vector<char> all(kLen * group_.size());
+    MESHTEST_MPI(MPI_Allgather(msg.data(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm_));
+    const auto first = std::ranges::find_if(group_, [](const Meta& m) { return m.error != 0; });
+    const auto i = static_cast<std::size_t>(first - group_.begin());
+    fail("{}: {}{}", who(static_cast<int>(i)), std::string_view(all.data() + i * kLen),
+         bad > 1 ? fmt::format(" ({} of {} devices reported errors)", bad, size_) : "");
+  }
+  // 2. Options every device must pass alike.
+  const Meta& m0 = group_.front();
+  for (int i = 1; i < size_; ++i) {
+    const Meta& m = group_[static_cast<std::size_t>(i)];
+    k = 0;
+    for (const AgreedOption& o : options) {
+      if (m.options[k] != m0.options[k]) {
+        fail(
+            "devices disagree on {}: {} passes {} but {} passes {}; every device of the group "
+            "must pass the same {}",
+            o.name, who(0), show(o, m0.options[k]), who(i), show(o, m.options[k]), o.name);
+      }
+      ++k;
+    }
+  }
+  if (!a.tensors) return;
+  // 3. Dtype, then shape outside the free dim.
+  for (int i = 1; i < size_; ++i) {
+    const Meta& m = group_[static_cast<std::size_t>(i)];
+    if (m.dtype != m0.dtype) {
+      fail(
+          "mixed dtypes across the group: {} passes {} but {} passes {}; every device must pass "
+          "the same dtype",
+          who(0), m0.dtype_value(), who(i), m.dtype_value());
+    }
+    bool same = m.rank == m0.rank;
+    for (int d = 0; same && d < m.rank; ++d) {
+      same = d == a.free_dim || m.dims[static_cast<std::size_t>(d)] == m0.dims[d];
+    }
+    if (!same) {
+      fail(
+          "shapes disagree{}: {} passes {}{} but {} passes {}{}; every device must pass the same "
+          "shape{}{}",
+          a.free_dim >= 0 ? fmt::format(" outside dim {}", a.free_dim) : "", who(0),
+          m0.dtype_value(), m0.shape(), who(i), m.dtype_value(), m.shape(),
+          a.free_dim >= 0 ? fmt::format(" except along dim {}", a.free_dim) : "", a.note);
+    }
+  }
+}
+
+int Call::count(std::int64_t n, std::string_view what) const {
+  if (n > INT_MAX) {
+    fail(
+        "{} is {} elements, more than MPI's int count limit {}; split the tensor into smaller "
+        "calls",
+        what, n, INT_MAX);
+  }
+  return static_cast<int>(n);
+}
+
+std::pair<std::vector<int>, std::vector<int>> Call::counts(std::span<const std::int64_t> elems,
+                                                           std::string_view what) const {
+  std::vector<int> counts, displs;
+  std::int64_t at = 0;
+  for (std::int64_t e : elems) {
+    counts.push_back(count(e, what));
+    displs.push_back(count(at, what));
+    at += e;
+  }
+  return {std::move(counts), std::move(displs)};
+}
+
+MPI_Op Call::reduce_op(ReduceOp op, DType t) const {
+  if (t == DType::u8) {
+    fail(
+        "reduce op {} is not supported for dtype u8 (u8 holds packed formats; no reduction is "
+        "defined)",
+        reduce_op_name(op));
+  }
+  if (op == ReduceOp::avg && !is_floating(t)) {
+    fail("reduce op avg is not supported for dtype {} (avg is defined for f32, f64 and bf16)", t);
+  }
+  const int i = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
+  if (t == DType::bf16) return bf16_registry().ops[static_cast<std::size_t>(i)];
+  return i == 1 ? MPI_MAX : i == 2 ? MPI_MIN : MPI_SUM;
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::bf16:
+      return bf16_registry().type;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::u8:
+      return MPI_UINT8_T;
+  }
+  dist::fail("invalid DType value {}", static_cast<int>(t));
+}
+
+void finish_avg(Tensor& out, ReduceOp op, int p) {
+  if (op != ReduceOp::avg || out.empty()) return;
+  switch (out.dtype()) {
+    case DType::f32:
+      out.vector<float>().array() /= static_cast<float>(p);
+      return;
+    case DType::f64:
+      out.vector<double>().array() /= static_cast<double>(p);
+      return;
+    case DType::bf16: {
+      auto v = out.vector<bf16>().array();
+      v = (v.cast<float>() / static_cast<float>(p)).cast<bf16>();
+      return;
+    }
+    default:
+      dist::fail("finish_avg: dtype {} is not floating", out.dtype());
+  }
+}
+
+DimView dim_view(const Shape& s, DType t, int d) {
+  return {s.outer(d), static_cast<std::size_t>(s.inner(d)) * dtype_size(t)};
+}
+
+std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std::int64_t> sizes) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t n : sizes) out.push_back(s.outer(d) * n * s.inner(d));
+  return out;
+}
+
+namespace {
+// Moves blocks between [outer, n, inner] (`strided`) and blocks laid end to end (`packed`).
+void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
+                 std::span<const std::int64_t> sizes, bool to_packed) {
+  std::int64_t n = 0;
+  for (std::int64_t s : sizes) n += s;
+  const std::size_t row = static_cast<std::size_t>(n) * v.inner_bytes;
+  std::size_t start = 0;
+  for (std::int64_t s : sizes) {
+    const std::size_t run = static_cast<std::size_t>(s) * v.inner_bytes;
+    for (std::int64_t o = 0; run > 0 && o < v.outer; ++o) {
+      std::byte* at = strided + static_cast<std::size_t>(o) * row + start;
+      to_packed ? std::memcpy(packed, at, run) : std::memcpy(at, packed, run);
+      packed += run;
+    }
+    start += run;
+  }
+}
+}  // namespace
+
+SendBlocks::SendBlocks(const Tensor& x, int d, std::span<const std::int64_t> sizes) {
+  const DimView v = dim_view(x.shape(), x.dtype(), d);
+  if (v.outer == 1) {
+    data_ = x.bytes();
+    return;
+  }
+  packed_.resize(x.nbytes());
+  // copy_blocks only reads the strided side when packing.
+  copy_blocks(packed_.data(), const_cast<std::byte*>(x.bytes()), v, sizes, true);
+  data_ = packed_.data();
+}
+
+RecvBlocks::RecvBlocks(Tensor& out, int d, std::span<const std::int64_t> sizes)
+    : out_(out), view_(dim_view(out.shape(), out.dtype(), d)), sizes_(sizes.begin(), sizes.end()) {
+  if (view_.outer == 1) {
+    data_ = out.bytes();
+  } else {
+    packed_.resize(out.nbytes());
+    data_ = packed_.data();
+  }
+}
+
+void RecvBlocks::finish() {
+  if (view_.outer != 1) copy_blocks(packed_.data(), out_.bytes(), view_, sizes_, false);
+}
+
+}  // namespace detail
+}  // namespace meshtest::dist

@@ -1,0 +1,165 @@
+// The common work of every collective, done once: option checks, the log scope, metadata
+// agreement across the axis group, the MPI datatype and op maps, and block packing.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dist/ccl/ccl_log.hpp"
+#include "dist/ccl/options.hpp"
+#include "dist/mesh/mpi_check.hpp"
+#include "src/core/tensor.hpp"
+
+namespace meshtest::dist::detail {
+
+/// An option that every device of the group must pass with the same value.
+struct AgreedOption {
+  std::string_view name;
+  std::int64_t value = 0;
+  std::string (*show)(std::int64_t) = nullptr;  ///< how to print a value (default: the number)
+};
+
+/// An AgreedOption printer for ReduceOp values: "sum", "max", ...
+std::string show_reduce_op(std::int64_t op);
+
+/// What agree() checks beyond the agreed options.
+struct Agreement {
+  bool tensors = true;    ///< dtype and shape must agree (false: only the options; broadcast)
+  int free_dim = -1;      ///< a dim whose size may differ across devices (-1: none)
+  std::string note = {};  ///< appended to a shape mismatch message: why the shapes must agree
+};
+
+/// One device's view of a call; gathered from every device of the axis group.
+struct Meta {
+  static constexpr int kMaxOptions = 3;
+  std::array<std::int64_t, Shape::kMaxRank> dims{};
+  std::array<std::int64_t, kMaxOptions> options{};
+  std::int32_t dtype = 0;
+  std::int32_t rank = 0;
+  std::int32_t device = 0;  ///< device id in the mesh
+  std::int32_t error = 0;   ///< 1: the device found its own input invalid
+
+  Shape shape() const { return Shape(std::span(dims.data(), static_cast<std::size_t>(rank))); }
+  DType dtype_value() const { return static_cast<DType>(dtype); }
+};
+
+/// One collective call on one device. Construction checks the axis (locally: a bad axis
+/// cannot reach its group) and opens the CclLogScope. Local checks (dim(), local_error())
+/// are only recorded; agree() then gathers every device's Meta in one MPI_Allgather and
+/// validates the whole group identically, so every device throws the same meshtest::Error
+/// (naming the offending device) instead of some devices hanging in the data exchange.
+class Call {
+ public:
+  Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
+       std::string_view detail);
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  MPI_Comm comm() const { return comm_; }
+  int size() const { return size_; }    ///< devices in the axis group (p)
+  int index() const { return index_; }  ///< this device's index in the group
+
+  /// `dim` normalized for x; when out of range, records an error naming the value and the
+  /// valid range for agree() to report, and returns 0.
+  int dim(std::string_view name, int dim);
+  /// Records an error found in this device's own input, for agree() to report.
+  template <class... Args>
+  void local_error(fmt::format_string<Args...> f, Args&&... args) {
+    record(fmt::format(f, std::forward<Args>(args)...));
+  }
+  /// Collective: gathers every device's metadata and checks, identically on every device, the
+  /// recorded local errors, then the agreed options, then dtype and shape (unless
+  /// !a.tensors). Throws the same meshtest::Error on every device of the group.
+  void agree(std::initializer_list<AgreedOption> options, Agreement a = {});
+  /// Every device's metadata in axis order (valid after agree()).
+  const std::vector<Meta>& group() const { return group_; }
+
+  /// Throws meshtest::Error "[rank r] <op> on axis <a> of mesh <RxC>: <message>".
+  template <class... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
+    fail_message(fmt::format(f, std::forward<Args>(args)...));
+  }
+  /// n as an MPI int count; throws (naming `what`) when it exceeds INT_MAX. Call it only with
+  /// values every device computes identically from the agreed metadata.
+  int count(std::int64_t n, std::string_view what) const;
+  /// Counts and displacements of blocks of `elems` elements laid end to end, as MPI ints.
+  std::pair<std::vector<int>, std::vector<int>> counts(std::span<const std::int64_t> elems,
+                                                       std::string_view what) const;
+  /// The MPI op of `op` on `t`; throws "reduce op X is not supported for dtype Y" for avg on
+  /// integers and for any reduction of u8. Deterministic once agree() has passed.
+  MPI_Op reduce_op(ReduceOp op, DType t) const;
+  /// "device 3 (axis index 1)"
+  std::string who(int index) const;
+
+ private:
+  void record(std::string message);
+  [[noreturn]] void fail_message(const std::string& message) const;
+
+  std::string_view op_;
+  const MeshDevice& mesh_;
+  int axis_;
+  const Tensor& x_;
+  MPI_Comm comm_;
+  int size_ = 1;
+  int index_ = 0;
+  CclLogScope scope_;
+  std::optional<std::string> error_;
+  std::vector<Meta> group_;
+};
+
+/// The MPI datatype of one element: f32 MPI_FLOAT, f64 MPI_DOUBLE, i32 MPI_INT32_T, i64
+/// MPI_INT64_T, u8 MPI_UINT8_T, bf16 a committed 2-byte contiguous type.
+MPI_Datatype mpi_type(DType t);
+
+/// After a sum: divides by p when op is avg (bf16 divides in f32 and rounds); else nothing.
+void finish_avg(Tensor& out, ReduceOp op, int p);
+
+/// A tensor seen around dim d as [outer, n, inner] with inner in bytes.
+struct DimView {
+  std::int64_t outer = 1;
+  std::size_t inner_bytes = 0;
+};
+DimView dim_view(const Shape& s, DType t, int d);
+
+/// Element counts of consecutive blocks of `sizes` along d of a tensor of shape s.
+std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std::int64_t> sizes);
+
+/// Send side: x cut along d into consecutive blocks of `sizes` (sum = x.shape()[d]), each
+/// made contiguous ([outer, sizes[j], inner]) and laid end to end — the layout MPI's
+/// v-collectives want. Points into x itself when d has no outer dims (outer == 1).
+class SendBlocks {
+ public:
+  SendBlocks(const Tensor& x, int d, std::span<const std::int64_t> sizes);
+  const std::byte* data() const { return data_; }
+
+ private:
+  std::vector<std::byte> packed_;
+  const std::byte* data_ = nullptr;
+};
+
+/// Receive side: MPI receives blocks [outer, sizes[j], inner] end to end into data();
+/// finish() places them along d of `out`. Receives straight into out when outer == 1.
+class RecvBlocks {
+ public:
+  RecvBlocks(Tensor& out, int d, std::span<const std::int64_t> sizes);
+  std::byte* data() { return data_; }
+  void finish();
+
+ private:
+  Tensor& out_;
+  DimView view_;
+  std::vector<std::int64_t> sizes_;
+  std::vector<std::byte> packed_;
+  std::byte* data_ = nullptr;
+};
+
+}  // namespace meshtest::dist::detail

@@ -1,0 +1,255 @@
+// Rank 0's coordinator: verdict agreement, deadline, lagging-rank detection and the abort report.
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/testing/control.hpp"
+#include "dist/testing/crash.hpp"
+#include "dist/testing/output.hpp"
+#include "dist/testing/report.hpp"
+#include "dist/testing/verdict.hpp"
+
+namespace meshtest::dist::testing::detail {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// After the failure grace, missing ranks are queried this often; one that reports the same
+/// unfinished collective twice in a row is stuck.
+constexpr Millis kQueryInterval = 500ms;
+/// After this many failure graces, missing ranks end the job even if not seen stuck (they may be
+/// inside an MPI call that the collective log does not see).
+constexpr int kGraceLimit = 5;
+/// How long the abort report waits for the missing ranks' snapshots.
+constexpr Millis kSnapshotWait = 2s;
+/// Pause between printing the report and MPI_Abort, so the report comes before mpirun's notice.
+constexpr Millis kForwardDelay = 300ms;
+
+std::string seconds(Millis t) {
+  return fmt::format("{:g} s", static_cast<double>(t.count()) / 1000);
+}
+
+class Coordinator {
+ public:
+  void run() {
+    // Polls fast right after a message (the other ranks' arrivals follow the first), and
+    // backs off to a few wake-ups per 2 ms while a test runs.
+    Backoff backoff(2);
+    while (!done_) {
+      while (auto m = try_receive(c_.to_root, MPI_ANY_SOURCE, MPI_ANY_TAG)) {
+        handle(*m);
+        backoff.reset();
+        if (done_) {
+          return;
+        }
+      }
+      check_deadline();
+      check_failure_grace();
+      backoff.pause();
+    }
+  }
+
+ private:
+  void handle(const Message& m) {
+    const auto r = static_cast<std::size_t>(m.source);
+    if (m.tag == kSnapshot) {
+      Snapshot s = decode_snapshot(m.bytes);
+      if (s.query == query_id_) {
+        latest_[r] = std::move(s);
+      }
+    } else if (m.tag == kExited) {
+      const Exited e = decode_exited(m.bytes);
+      end_job(fmt::format("rank {} exited with status {} in {}", m.source, e.code, e.activity),
+              e.code != 0 ? e.code : 1);
+    } else if (m.tag == kArrive) {
+      on_arrival(m.source, decode_arrival(m.bytes));
+    }
+  }
+
+  void on_arrival(int rank, Arrival a) {
+    for (int r = 0; r < c_.size; ++r) {
+      const auto& b = arrivals_[static_cast<std::size_t>(r)];
+      if (!b || (b->finish == a.finish && b->index == a.index && b->name == a.name)) {
+        continue;
+      }
+      end_job(fmt::format("ranks ran different tests: rank {} {} but rank {} {}", r, what(*b), rank,
+                          what(a)),
+              1);
+    }
+    if (a.status == Status::failed && !failed_at_) {
+      failed_at_ = Clock::now();
+      failed_rank_ = rank;
+    }
+    arrivals_[static_cast<std::size_t>(rank)] = std::move(a);
+    if (missing().empty()) {
+      conclude();
+    }
+  }
+
+  static std::string what(const Arrival& a) {
+    return a.finish ? std::string("finished all its tests")
+                    : fmt::format("ended test #{} {}", a.index, a.name);
+  }
+
+  /// Every rank arrived: send the verdict, and start the next phase.
+  void conclude() {
+    std::vector<Arrival> all;
+    for (auto& a : arrivals_) {
+      all.push_back(std::move(*a));
+    }
+    const bool finish = all.front().finish;
+    const Verdict v = finish ? agree_finish(all) : agree(all);
+    restart_clock();  // before rank 0's main thread can start the next test
+    const std::string bytes = encode(v);
+    for (int r = 0; r < c_.size; ++r) {
+      send(c_.from_root, r, kVerdict, bytes);
+    }
+    arrivals_.assign(static_cast<std::size_t>(c_.size), std::nullopt);
+    latest_ = previous_ = arrivals_snapshot_none();
+    failed_at_.reset();
+    done_ = finish;
+  }
+
+  void check_deadline() {
+    if (Clock::now() < deadline()) {
+      return;
+    }
+    end_job(fmt::format("{} exceeded its deadline of {}", test_name(), seconds(current_timeout())),
+            1);
+  }
+
+  /// A rank failed and others have not arrived: end the job once they are seen stuck inside a
+  /// collective, or after kGraceLimit graces.
+  void check_failure_grace() {
+    if (!failed_at_) {
+      return;
+    }
+    const auto since = Clock::now() - *failed_at_;
+    if (since < c_.failure_grace) {
+      return;
+    }
+    const std::vector<int> lagging = missing();
+    if (since >= kGraceLimit * c_.failure_grace) {
+      end_job(fmt::format("rank {} failed {} and rank(s) {} did not arrive within {}", failed_rank_,
+                          test_name(), rank_list(lagging), seconds(kGraceLimit * c_.failure_grace)),
+              1);
+    }
+    std::vector<int> stuck;
+    for (int r : lagging) {
+      const auto& p = previous_[static_cast<std::size_t>(r)];
+      const auto& l = latest_[static_cast<std::size_t>(r)];
+      if (p && l && p->query != l->query && !l->last.op.empty() && !l->last.completed &&
+          !p->last.completed && p->last.seq == l->last.seq) {
+        stuck.push_back(r);
+      }
+    }
+    if (!stuck.empty()) {
+      end_job(fmt::format("rank {} failed {} while other ranks wait inside a collective",
+                          failed_rank_, test_name()),
+              1);
+    }
+    if (Clock::now() - last_query_ >= kQueryInterval) {
+      previous_ = latest_;
+      query(lagging);
+    }
+  }
+
+  /// Asks `ranks` for a snapshot (rank 0 answers in-process); answers land in latest_.
+  void query(const std::vector<int>& ranks) {
+    ++query_id_;
+    last_query_ = Clock::now();
+    for (int r : ranks) {
+      if (r == 0) {
+        latest_[0] = snapshot(query_id_);
+      } else {
+        send(c_.from_root, r, kQuery, std::to_string(query_id_));
+      }
+    }
+  }
+
+  /// Prints one report with fresh snapshots of the missing ranks and aborts the job.
+  [[noreturn]] void end_job(const std::string& reason, int code) {
+    disarm_exit_hook();  // MPI_Abort may exit this process through exit()
+    const std::vector<int> lagging = missing();
+    query(lagging);
+    const auto until = Clock::now() + kSnapshotWait;
+    Backoff backoff;
+    while (Clock::now() < until && !answered(lagging)) {
+      if (auto m = try_receive(c_.to_root, MPI_ANY_SOURCE, kSnapshot)) {
+        Snapshot s = decode_snapshot(m->bytes);
+        if (s.query == query_id_) {
+          latest_[static_cast<std::size_t>(m->source)] = std::move(s);
+        }
+      } else {
+        backoff.pause();
+      }
+    }
+    const AbortReport report{.reason = reason,
+                             .activity = test_name(),
+                             .size = c_.size,
+                             .arrivals = arrivals_,
+                             .snapshots = latest_};
+    write_original_stderr(format_report(report));
+    std::this_thread::sleep_for(kForwardDelay);  // let mpirun forward the report first
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::abort();  // not reached
+  }
+
+  bool answered(const std::vector<int>& ranks) const {
+    for (int r : ranks) {
+      const auto& s = latest_[static_cast<std::size_t>(r)];
+      if (!s || s->query != query_id_) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::vector<int> missing() const {
+    std::vector<int> out;
+    for (int r = 0; r < c_.size; ++r) {
+      if (!arrivals_[static_cast<std::size_t>(r)]) {
+        out.push_back(r);
+      }
+    }
+    return out;
+  }
+
+  /// The test being run: from an arrival if any, else rank 0's activity.
+  std::string test_name() const {
+    for (const auto& a : arrivals_) {
+      if (a && !a->finish) {
+        return "test " + a->name;
+      }
+      if (a) {
+        return "the end of the run";
+      }
+    }
+    return activity();
+  }
+
+  std::vector<std::optional<Snapshot>> arrivals_snapshot_none() const {
+    return std::vector<std::optional<Snapshot>>(static_cast<std::size_t>(c_.size));
+  }
+
+  const Config& c_ = config();
+  std::vector<std::optional<Arrival>> arrivals_ =
+      std::vector<std::optional<Arrival>>(static_cast<std::size_t>(c_.size));
+  std::vector<std::optional<Snapshot>> latest_ = arrivals_snapshot_none();
+  std::vector<std::optional<Snapshot>> previous_ = arrivals_snapshot_none();
+  std::optional<Clock::time_point> failed_at_;
+  int failed_rank_ = -1;
+  std::uint64_t query_id_ = 0;
+  Clock::time_point last_query_{};
+  bool done_ = false;
+};
+
+}  // namespace
+
+void run_coordinator() { Coordinator().run(); }
+
+}  // namespace meshtest::dist::testing::detail

@@ -1,0 +1,64 @@
+// The control thread's life cycle, the watchdog of ranks 1..N-1, and the main thread's exchange.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "dist/testing/control.hpp"
+#include "dist/testing/crash.hpp"
+#include "dist/testing/output.hpp"
+
+namespace meshtest::dist::testing::detail {
+
+namespace {
+
+std::thread* g_thread = nullptr;  // never destroyed: exit() mid-test must not join or terminate
+std::atomic<bool> g_stop{false};
+
+/// Answers the coordinator's queries with this rank's snapshot until stopped.
+void run_watchdog() {
+  const Config& c = config();
+  while (!g_stop.load()) {
+    if (auto query = try_receive(c.from_root, 0, kQuery)) {
+      send(c.to_root, 0, kSnapshot, encode(snapshot(std::stoull(query->bytes))));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void guarded(void (*body)()) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    const Config& c = config();
+    disarm_exit_hook();
+    write_original_stderr(fmt::format("[rank {}/{}] meshtest harness control thread failed: {}\n",
+                                      c.rank, c.size, e.what()));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+}  // namespace
+
+void start_control_thread() {
+  g_stop.store(false);
+  g_thread = new std::thread(guarded, config().rank == 0 ? run_coordinator : run_watchdog);
+}
+
+void stop_control_thread() {
+  g_stop.store(true);
+  if (g_thread != nullptr && g_thread->joinable()) {
+    g_thread->join();
+  }
+}
+
+Verdict exchange(const Arrival& arrival) {
+  const Config& c = config();
+  send(c.to_root, 0, kArrive, encode(arrival));
+  return decode_verdict(receive(c.from_root, 0, kVerdict).bytes);
+}
+
+}  // namespace meshtest::dist::testing::detail

@@ -1,0 +1,171 @@
+// Failure-path programs of the MPI test harness, run by mpi_tests/test_harness.cpp as child
+// jobs (mpirun -np K harness_case --gtest_filter=...). Each test misbehaves on purpose; the
+// MARK: comments let test_harness find their lines.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+#include <thread>
+
+#include <mpi.h>
+
+#include "dist/ccl/all_reduce.hpp"
+#include "dist/testing/fixtures.hpp"
+#include "dist/testing/harness.hpp"
+
+namespace meshtest::dist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+int rank() { return world_rank(); }
+
+/// One all_reduce of ones over the 1 x N mesh; returns N.
+float sum_of_ones(const MeshDevice& mesh) {
+  const Tensor ones = Tensor::from_vector<float>(Shape({4}), {1, 1, 1, 1});
+  return all_reduce(mesh, ones).data<float>()[0];
+}
+
+// --- passing runs: only rank 0's gtest output appears; every rank prints ---
+
+TEST_F(MeshTest, PassAllReduce) {
+  std::printf("stdout hello from rank %d\n", rank());
+  std::cerr << "stderr hello from rank " << rank() << "\n";
+  EXPECT_EQ(sum_of_ones(mesh()), static_cast<float>(world_size()));
+}
+
+TEST_F(MeshTest, PassTwice) {
+  EXPECT_EQ(sum_of_ones(mesh()), static_cast<float>(world_size()));
+  EXPECT_EQ(sum_of_ones(mesh()), static_cast<float>(world_size()));
+}
+
+TEST(Pass, NoCollective) { EXPECT_GE(world_size(), 1); }
+
+// --- failures that do not desynchronise the ranks: the run goes on ---
+
+TEST_F(MeshTest, FailExpectOnRank2) {
+  if (rank() == 2) {
+    EXPECT_EQ(1 + 1, 3) << "expect failed on rank 2";  // MARK:expect_rank2
+  }
+  EXPECT_EQ(sum_of_ones(mesh()), static_cast<float>(world_size()));
+}
+
+TEST_F(MeshTest, FailOnRanks0And2) {
+  if (rank() == 0) {
+    ADD_FAILURE() << "first failure on rank 0";  // MARK:fail_rank0
+  }
+  if (rank() == 2) {
+    ADD_FAILURE() << "second failure on rank 2";  // MARK:fail_rank2
+  }
+  EXPECT_EQ(sum_of_ones(mesh()), static_cast<float>(world_size()));
+}
+
+TEST(Fail, EarlyWhileOthersCompute) {
+  if (rank() == 1) {
+    FAIL() << "rank 1 fails at once";  // MARK:early_fail
+  }
+  std::this_thread::sleep_for(3500ms);  // no collective: not stuck, just slow
+}
+
+// --- failures that leave other ranks waiting inside a collective: the job ends ---
+
+TEST_F(MeshTest, ThrowOnRank1) {
+  if (rank() == 1) {
+    throw std::runtime_error("boom on rank 1");
+  }
+  sum_of_ones(mesh());
+}
+
+TEST_F(MeshTest, AssertOnRank1ThenAllReduce) {
+  if (rank() == 1) {
+    ASSERT_EQ(rank(), 0) << "assert failed on rank 1";  // MARK:assert_rank1
+  }
+  sum_of_ones(mesh());
+}
+
+TEST(Fail, AssertOnRank1ThenRawMpiBarrier) {  // a collective the CCL log does not see
+  if (rank() == 1) {
+    FAIL() << "rank 1 fails before the barrier";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_F(MeshTest, ExitOnRank1) {
+  sum_of_ones(mesh());
+  if (rank() == 1) {
+    std::exit(3);
+  }
+  sum_of_ones(mesh());
+}
+
+TEST_F(MeshTest, ExitOnRank0) {
+  if (rank() == 0) {
+    std::exit(4);
+  }
+  sum_of_ones(mesh());
+}
+
+/// A real invalid write (volatile both ways: the store cannot be dropped); not instrumented
+/// by UBSan, so a sanitizer build also gets the SIGSEGV.
+[[gnu::noinline, gnu::no_sanitize_undefined]] void write_through_null() {
+  volatile int* volatile p = nullptr;
+  *p = 1;
+}
+
+TEST_F(MeshTest, SegvOnRank1) {
+  if (rank() == 1) {
+    write_through_null();
+  }
+  sum_of_ones(mesh());
+}
+
+TEST_F(MeshTest, AbortOnRank1) {
+  if (rank() == 1) {
+    std::abort();
+  }
+  sum_of_ones(mesh());
+}
+
+// --- hangs: the deadline ends the job ---
+
+TEST_F(MeshTest, SleepPastDeadline) {  // run with MESHTEST_TEST_TIMEOUT=3
+  sum_of_ones(mesh());
+  if (rank() == 1) {
+    std::this_thread::sleep_for(60s);
+  }
+  sum_of_ones(mesh());
+}
+
+TEST_F(MeshTest, OneRankReturnsOthersWait) {
+  MESHTEST_TIMEOUT(3);
+  if (rank() == 1) {
+    return;
+  }
+  sum_of_ones(mesh());
+}
+
+// --- skips ---
+
+TEST(Skip, AllRanks) { GTEST_SKIP() << "nothing to do here"; }  // MARK:skip_all
+
+TEST(Skip, OneRank) {
+  if (rank() == 2) {
+    GTEST_SKIP() << "rank 2 lacks a feature";  // MARK:skip_rank2
+  }
+  EXPECT_TRUE(true);
+}
+
+TEST(Skip, OneRankSkipsAnotherFails) {
+  if (rank() == 1) {
+    GTEST_SKIP() << "rank 1 skips";
+  }
+  if (rank() == 2) {
+    ADD_FAILURE() << "rank 2 fails";  // MARK:skip_and_fail
+  }
+}
+
+}  // namespace
+}  // namespace meshtest::dist::testing

@@ -1,0 +1,194 @@
+// The MPI test harness in-process: verdict rule, timeouts, mesh fixtures, single-device checks
+// (the failure paths run as child jobs in test_harness_jobs.cpp).
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "dist/ccl/all_reduce.hpp"
+#include "dist/testing/fixtures.hpp"
+#include "dist/testing/harness.hpp"
+#include "dist/testing/single_device.hpp"
+#include "dist/testing/state.hpp"
+#include "dist/testing/verdict.hpp"
+#include "src/core/error.hpp"
+
+namespace meshtest::dist::testing {
+namespace {
+
+#define HAS_TEXT(text, needle) EXPECT_NE((text).find(needle), std::string::npos) << (text)
+using detail::Arrival;
+using detail::Status;
+using detail::TestPart;
+
+// ---------------------------------------------------------------- the verdict rule (in-process)
+
+Arrival arrival(Status s, std::vector<TestPart> parts = {}) {
+  Arrival a;
+  a.status = s;
+  a.parts = std::move(parts);
+  return a;
+}
+
+TEST(VerdictRule, FailedIfAnyRankFailedWithEveryFailure) {
+  const TestPart f1{.rank = 1, .skip = false, .file = "a.cpp", .line = 3, .message = "m1"};
+  const TestPart s2{.rank = 2, .skip = true, .file = "a.cpp", .line = 4, .message = "s2"};
+  const TestPart f3{.rank = 3, .skip = false, .file = "", .line = -1, .message = "m3"};
+  const auto v = detail::agree({arrival(Status::passed), arrival(Status::failed, {f1}),
+                                arrival(Status::skipped, {s2}), arrival(Status::failed, {f3})});
+  EXPECT_EQ(v.status, Status::failed);
+  ASSERT_EQ(v.parts.size(), 2u);
+  EXPECT_EQ(v.parts[0].message, "m1");
+  EXPECT_EQ(v.parts[1].message, "m3");
+  EXPECT_EQ(v.summary, "failed on ranks 1, 3 of 4 (reported by rank 0)");
+}
+
+TEST(VerdictRule, SkippedIfAnyRankSkippedAndNoneFailed) {
+  const TestPart s1{.rank = 1, .skip = true, .file = "a.cpp", .line = 9, .message = "why"};
+  const TestPart s2{.rank = 2, .skip = true, .file = "a.cpp", .line = 9, .message = "why2"};
+  const auto v = detail::agree(
+      {arrival(Status::passed), arrival(Status::skipped, {s1}), arrival(Status::skipped, {s2})});
+  EXPECT_EQ(v.status, Status::skipped);
+  ASSERT_EQ(v.parts.size(), 1u);
+  EXPECT_EQ(v.parts[0].rank, 1);
+  EXPECT_EQ(v.skipped, (std::vector<int>{1, 2}));
+  EXPECT_EQ(v.summary, "skipped on ranks 1, 2 of 3: why");
+}
+
+TEST(VerdictRule, PassedOnlyIfEveryRankPassed) {
+  EXPECT_EQ(detail::agree({arrival(Status::passed), arrival(Status::passed)}).status,
+            Status::passed);
+  EXPECT_EQ(detail::agree({arrival(Status::passed)}).status, Status::passed);
+}
+
+TEST(VerdictRule, FinishFailsIfAnyRankReturnedNonZero) {
+  std::vector<Arrival> all(3);
+  EXPECT_EQ(detail::agree_finish(all).exit_code, 0);
+  all[2].exit_code = 1;
+  EXPECT_EQ(detail::agree_finish(all).exit_code, 1);
+}
+
+TEST(VerdictRule, PartFormatNamesRankFileAndLine) {
+  EXPECT_EQ(detail::format_part(
+                {.rank = 1, .skip = false, .file = "x.cpp", .line = 7, .message = "Expected 1"}, 4),
+            "[rank 1/4] x.cpp:7: Failure\nExpected 1\n");
+  EXPECT_EQ(detail::format_part(
+                {.rank = 0, .skip = true, .file = "", .line = -1, .message = "no gpu\n"}, 2),
+            "[rank 0/2] unknown file: Skipped\nno gpu\n");
+}
+
+TEST(Timeouts, EnvSecondsParsesAndRejects) {
+  using std::chrono::milliseconds;
+  ::setenv("MESHTEST_TEST_PARSE", "2.5", 1);
+  EXPECT_EQ(detail::env_seconds("MESHTEST_TEST_PARSE", milliseconds(1)), milliseconds(2500));
+  for (const char* bad : {"0", "-1", "abc", "3s", "inf"}) {
+    ::setenv("MESHTEST_TEST_PARSE", bad, 1);
+    EXPECT_THROW(detail::env_seconds("MESHTEST_TEST_PARSE", milliseconds(1)), Error) << bad;
+  }
+  ::unsetenv("MESHTEST_TEST_PARSE");
+  EXPECT_EQ(detail::env_seconds("MESHTEST_TEST_PARSE", milliseconds(7)), milliseconds(7));
+}
+
+TEST(Timeouts, PerTestOverrideAppliesToTheRunningTestOnly) {
+  EXPECT_EQ(detail::current_timeout(), default_test_timeout());
+  MESHTEST_TIMEOUT(1.5);
+  EXPECT_EQ(detail::current_timeout(), std::chrono::milliseconds(1500));
+  set_test_timeout(std::chrono::seconds(90));
+  EXPECT_EQ(detail::current_timeout(), std::chrono::seconds(90));
+}
+
+TEST(Timeouts, NextTestStartsWithTheDefaultAgain) {
+  EXPECT_EQ(detail::current_timeout(), default_test_timeout());
+}
+
+// ------------------------------------------------------------------------------ mesh fixtures
+
+TEST(MeshShapes, EveryFactorisation) {
+  using S = std::vector<MeshShape>;
+  EXPECT_EQ(mesh_shapes(1), (S{{1, 1}}));
+  EXPECT_EQ(mesh_shapes(7), (S{{1, 7}, {7, 1}}));
+  EXPECT_EQ(mesh_shapes(8), (S{{1, 8}, {2, 4}, {4, 2}, {8, 1}}));
+  EXPECT_THROW(mesh_shapes(0), Error);
+}
+
+TEST_F(MeshTest, MeshIsOneByWorldSize) {
+  EXPECT_EQ(mesh().rows(), 1);
+  EXPECT_EQ(mesh().cols(), world_size());
+  EXPECT_EQ(mesh().device_id(), world_rank());
+}
+
+class EveryMesh : public MeshShapeTest {};
+
+TEST_P(EveryMesh, AllReduceOnARowSumsItsColumns) {
+  EXPECT_EQ(mesh().rows() * mesh().cols(), world_size());
+  const Tensor one = Tensor::from_vector<float>(Shape({1}), {1.0f});
+  EXPECT_EQ(all_reduce(mesh(), one, {.axis = 1}).data<float>()[0],
+            static_cast<float>(mesh().cols()));
+}
+
+MESHTEST_INSTANTIATE_MESH_SHAPES(EveryMesh);
+
+// ------------------------------------------------------------ expect_matches_single_device
+
+Tensor iota(const Shape& shape) {
+  std::vector<float> v(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  }
+  return Tensor::from_vector(shape, v);
+}
+
+Tensor times_two(const Tensor& x) {
+  Tensor y = x;
+  for (float& e : y.span<float>()) {
+    e *= 2;
+  }
+  return y;
+}
+
+TEST_F(MeshTest, ShardedOpMatchesItsReference) {
+  // Rows split unevenly (11 over N devices), element-wise op, output sharded like the input.
+  const auto c = expect_matches_single_device(
+      mesh(), {{.full = iota(Shape({11, 3})), .placements = placements_1d(Shard{0})}},
+      [](const std::vector<Tensor>& full) { return times_two(full[0]); },
+      [](const MeshDevice&, const std::vector<Tensor>& local) { return times_two(local[0]); },
+      placements_1d(Shard{0}), {.metric = Metric::max_abs, .threshold = 0, .label = "x2"});
+  EXPECT_TRUE(c.passed);
+  EXPECT_EQ(c.value, 0);
+}
+
+TEST_F(MeshTest, ShardedOpMismatchIsReportedOnceWithItsOwningDevice) {
+  const int last = mesh().size() - 1;
+  ::testing::TestPartResultArray failures;
+  Comparison c;
+  {
+    ::testing::ScopedFakeTestPartResultReporter fake(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+    c = expect_matches_single_device(
+        mesh(), {{.full = iota(Shape({8, 2})), .placements = placements_1d(Shard{0})}},
+        [](const std::vector<Tensor>& full) { return times_two(full[0]); },
+        [last](const MeshDevice& m, const std::vector<Tensor>& local) {
+          Tensor y = times_two(local[0]);
+          if (m.device_id() == last) {
+            y.span<float>().back() += 1;  // a wrong last element
+          }
+          return y;
+        },
+        placements_1d(Shard{0}), {.metric = Metric::pcc, .threshold = 0.99999, .label = "bad"});
+  }
+  EXPECT_FALSE(c.passed);
+  ASSERT_EQ(failures.size(), world_rank() == 0 ? 1 : 0);
+  if (world_rank() == 0) {
+    const std::string m = failures.GetTestPartResult(0).message();
+    HAS_TEXT(m, "(bad)");
+    HAS_TEXT(m, fmt::format("mesh 1x{}", mesh().size()));
+    HAS_TEXT(m, "input 0: [8, 2] [Replicate, Shard(0)]");
+    HAS_TEXT(m, fmt::format("worst element index 15 at [7, 1] on device {}", last));
+  }
+}
+
+}  // namespace
+}  // namespace meshtest::dist::testing

@@ -1,0 +1,229 @@
+// meshtest-demo: every CCL on every mesh axis, checked bit for bit against a single-device run.
+#include <fmt/format.h>
+#include <mpi.h>
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dist/mesh/environment.hpp"
+#include "dist/mesh/mesh_device.hpp"
+#include "dist/mesh/mpi_check.hpp"
+#include "src/check/compare.hpp"
+#include "src/check/metrics.hpp"
+#include "tools/ccl_cases.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+namespace po = boost::program_options;
+
+/// Set once the devices start communicating: a later error may be one rank's alone, so it aborts
+/// the job instead of leaving the other ranks waiting in a collective.
+bool g_communicating = false;
+
+/// One device's check of its result, sent to rank 0 as kVerdictDoubles doubles.
+struct Verdict {
+  double bad = 0;  ///< 1 when the result is not bit-equal to the reference
+  double pcc = 1;
+  double row = -1, col = -1;  ///< worst element (row, col of the 2-D result); -1: wrong shape
+  double expected = 0, got = 0;
+  double error() const { return std::abs(got - expected); }
+};
+constexpr int kVerdictDoubles = sizeof(Verdict) / sizeof(double);
+
+/// Compares this device's result with the single-device reference; local.
+Verdict check_local(const Case& cs, const Tensor& y) {
+  const Tensor ref = reference(cs);
+  if (!(ref.shape() == y.shape())) return {.bad = 1, .pcc = 0};
+  const Comparison c = compare(ref, y, Metric::exact, 0);
+  const std::int64_t cols = std::max<std::int64_t>(1, y.shape()[y.rank() - 1]);
+  const std::int64_t row = c.worst_index / cols, col = c.worst_index % cols;
+  return {.bad = c.passed ? 0.0 : 1.0,
+          .pcc = pcc(ref, y),
+          .row = c.passed ? -1.0 : static_cast<double>(row),
+          .col = c.passed ? -1.0 : static_cast<double>(col),
+          .expected = c.expected_at_worst,
+          .got = c.got_at_worst};
+}
+
+/// A printed row of the table.
+struct Row {
+  std::string op, axis, global, local, dtype, check;
+  double pcc = 1, median_us = 0;
+  bool ok = true;
+};
+
+/// Fills row.check, row.ok and row.pcc (worst over devices) from every device's verdict.
+void summarize(const std::vector<Verdict>& all, Row& row) {
+  int failing = 0;
+  const Verdict* worst = nullptr;
+  for (const Verdict& v : all) {
+    row.pcc = std::min(row.pcc, v.pcc);
+    if (v.bad == 0) continue;
+    ++failing;
+    if (!worst || v.error() > worst->error()) worst = &v;
+  }
+  row.ok = failing == 0;
+  if (row.ok) {
+    row.check = "PASS exact";
+    return;
+  }
+  const auto dev = worst - all.data();
+  row.check =
+      worst->row < 0
+          ? fmt::format("FAIL {}/{} dev {} wrong shape", failing, all.size(), dev)
+          : fmt::format("FAIL {}/{} dev {} at [{}, {}]: expected {}, got {}", failing, all.size(),
+                        dev, worst->row, worst->col, worst->expected, worst->got);
+}
+
+/// Runs the case `warmup + iters` times, checks the last result on every device, and returns
+/// the row (complete on rank 0 only). Collective over the whole mesh.
+Row measure(const Case& cs, int warmup, int iters) {
+  const MeshDevice& m = *cs.mesh;
+  const Tensor x = device_input(cs, m.device_id());
+  Tensor y;
+  std::vector<double> secs;
+  for (int it = 0; it < warmup + iters; ++it) {
+    MESHTEST_MPI(MPI_Barrier(m.comm()));
+    const double t0 = MPI_Wtime();
+    y = run(cs, x);
+    if (it >= warmup) secs.push_back(MPI_Wtime() - t0);
+  }
+  std::sort(secs.begin(), secs.end());
+  const double median = secs[secs.size() / 2] * 1e6;
+  Row row{.op = op_name(cs.op),
+          .axis = cs.axis == kAllAxes ? "all" : std::to_string(cs.axis),
+          .global = global_shape(cs).str(),
+          .local = fmt::format("{} -> {}", x.shape(), y.shape()),
+          .dtype = std::string(dtype_name(cs.dtype)),
+          .check = {}};
+  MESHTEST_MPI(MPI_Reduce(&median, &row.median_us, 1, MPI_DOUBLE, MPI_MAX, 0, m.comm()));
+  const Verdict mine = check_local(cs, y);
+  std::vector<Verdict> all(static_cast<std::size_t>(m.size()));
+  MESHTEST_MPI(MPI_Gather(&mine, kVerdictDoubles, MPI_DOUBLE, all.data(), kVerdictDoubles,
+                          MPI_DOUBLE, 0, m.comm()));
+  if (m.device_id() == 0) summarize(all, row);
+  return row;
+}
+
+/// Parses "RxC" (or "N" for 1 x N).
+std::vector<int> parse_mesh(const std::string& s) {
+  int r = 0, c = 0;
+  char x = 0, extra = 0;
+  const int n2 = std::sscanf(s.c_str(), "%d%c%d%c", &r, &x, &c, &extra);
+  if (n2 == 3 && (x == 'x' || x == 'X') && r > 0 && c > 0) return {r, c};
+  if (std::sscanf(s.c_str(), "%d%c", &r, &extra) == 1 && r > 0) return {r};
+  ::meshtest::fail("--mesh expects RxC (e.g. 2x4) or N with positive R, C, N; got '{}'", s);
+}
+
+std::vector<DType> parse_dtypes(const std::string& s) {
+  std::vector<DType> out;
+  std::stringstream in(s);
+  for (std::string name; std::getline(in, name, ',');) {
+    const DType t = dtype_from_name(name);
+    MESHTEST_CHECK(t != DType::u8, "--dtypes: u8 holds packed formats and cannot be reduced");
+    out.push_back(t);
+  }
+  MESHTEST_CHECK(!out.empty(), "--dtypes: no dtype given");
+  return out;
+}
+
+int demo(int argc, char** argv, int rank, int np) {
+  po::options_description opts(
+      "meshtest-demo: every CCL on every mesh axis vs a single-device run");
+  auto add = opts.add_options();
+  add("help,h", "print this help");
+  add("mesh", po::value<std::string>()->default_value("2x4"), "mesh RxC (or N); R*C = mpirun -np");
+  add("size", po::value<std::int64_t>()->default_value(4096),
+      "elements per device: each input is [size/16 + 1, 16] (uneven splits)");
+  add("dtypes", po::value<std::string>()->default_value("f32,bf16"),
+      "comma-separated list of f32, f64, bf16, i32, i64");
+  add("iters", po::value<int>()->default_value(20), "measured iterations per row");
+  add("warmup", po::value<int>()->default_value(3), "warm-up iterations per row");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    if (rank == 0) std::cout << opts << "\nRun as: mpirun -np 8 meshtest-demo --mesh 2x4\n";
+    return 0;
+  }
+  const std::string mesh_arg = vm["mesh"].as<std::string>();
+  const std::vector<int> shape = parse_mesh(mesh_arg);
+  const int devices = shape.size() == 1 ? shape[0] : shape[0] * shape[1];
+  MESHTEST_CHECK(devices == np,
+                 "--mesh {} has {} devices but mpirun started {} ranks (run with -np {} or pass a "
+                 "mesh of {} devices)",
+                 mesh_arg, devices, np, devices, np);
+  const std::int64_t size = vm["size"].as<std::int64_t>();
+  const int iters = vm["iters"].as<int>(), warmup = vm["warmup"].as<int>();
+  MESHTEST_CHECK(size >= 0 && iters >= 1 && warmup >= 0,
+                 "--size must be >= 0, --iters >= 1 and --warmup >= 0; got {}, {}, {}", size, iters,
+                 warmup);
+  const std::vector<DType> dtypes = parse_dtypes(vm["dtypes"].as<std::string>());
+  g_communicating = true;
+  const MeshDevice mesh(shape);
+
+  const double t0 = MPI_Wtime();
+  std::vector<Row> rows;
+  for (Op op : kOps) {
+    for (int axis : {0, 1, kAllAxes}) {
+      for (DType dt : dtypes) {
+        if (op == Op::all_reduce_avg && !is_floating(dt)) continue;
+        rows.push_back(
+            measure({.mesh = &mesh, .op = op, .axis = axis, .dtype = dt, .rows = size / kCols + 1},
+                    warmup, iters));
+      }
+    }
+  }
+  // Verdicts are complete on rank 0; every rank returns its count so they all exit alike.
+  int failed =
+      static_cast<int>(std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.ok; }));
+  MESHTEST_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, mesh.comm()));
+  if (rank == 0) {
+    fmt::print(
+        "meshtest demo: mesh {} ({} devices), {} elements per device, {} iterations; "
+        "each result compared bit for bit with the same op on one device\n\n",
+        mesh.str(), mesh.size(), size, iters);
+    const auto line = [](auto&&... a) {
+      fmt::print("{:<16} {:<4} {:<11} {:<24} {:<5} {:>9} {:>11}  {}\n", a...);
+    };
+    line("op", "axis", "global", "device in -> out", "dtype", "pcc", "median us", "check");
+    for (const Row& r : rows) {
+      line(r.op, r.axis, r.global, r.local, r.dtype, fmt::format("{:.6f}", r.pcc),
+           fmt::format("{:.1f}", r.median_us), r.check);
+    }
+    fmt::print(
+        "\n{} checks, {} passed, {} failed; time = median over iterations, max over "
+        "devices; wall {:.1f} s\n",
+        rows.size(), rows.size() - static_cast<std::size_t>(failed), failed, MPI_Wtime() - t0);
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace meshtest::dist
+
+int main(int argc, char** argv) {
+  meshtest::dist::Environment env(argc, argv);
+  try {
+    return meshtest::dist::demo(argc, argv, env.rank(), env.size());
+  } catch (const std::exception& e) {
+    // Bad options fail the same way on every rank before any communication: rank 0 reports.
+    if (!meshtest::dist::g_communicating) {
+      if (env.rank() == 0) fmt::print(stderr, "meshtest-demo: error: {}\n", e.what());
+      return 2;
+    }
+    fmt::print(stderr, "meshtest-demo: [rank {}] error: {}\n", env.rank(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return 3;
+  }
+}
