@@ -13,7 +13,11 @@ set(MESHTEST_MPI_TEST_ENV
     "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 if(MESHTEST_SANITIZE)
   list(APPEND MESHTEST_MPI_TEST_ENV
-       "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
+       "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0"
+       # Full stacks for malloc and no dlclose of MPI components, so that the
+       # suppressions can match Open MPI's frames.
+       "ASAN_OPTIONS=fast_unwind_on_malloc=0"
+       "OMPI_MCA_mca_base_component_disable_dlclose=1")
 endif()
 
 function(meshtest_add_mpi_test target)
