@@ -10,9 +10,12 @@
 #include "src/models/checkpoint.hpp"
 #include "src/models/transformer.hpp"
 #include "src/ops/mxfp4.hpp"
+#include "tests/support/expect_error.hpp"
 
 namespace meshtest {
 namespace {
+
+using test_support::expect_error;
 
 namespace fs = std::filesystem;
 using Named = std::vector<std::pair<std::string, Tensor>>;
@@ -88,18 +91,6 @@ class Checkpoint : public ::testing::Test {
       if (n == name) return t;
     }
     throw Error("test: no " + name);
-  }
-  template <class F>
-  static void expect_error(F&& f, const std::vector<std::string>& parts) {
-    try {
-      f();
-      ADD_FAILURE() << "no error; wanted " << parts.back();
-    } catch (const Error& e) {
-      for (const std::string& part : parts) {
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-            << "want '" << part << "' in: " << e.what();
-      }
-    }
   }
   void expect_read_error(const std::vector<std::string>& parts) {
     expect_error([&] { read_checkpoint(dir_, cfg_, DType::f32); }, parts);

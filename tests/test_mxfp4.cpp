@@ -7,9 +7,12 @@
 
 #include "src/core/random.hpp"
 #include "src/ops/mxfp4.hpp"
+#include "tests/support/expect_error.hpp"
 
 namespace meshtest {
 namespace {
+
+using test_support::expect_error;
 
 // The e2m1 table written out by hand (codes 0..15), independent of the code under test.
 constexpr double kTable[16] = {0.0,  0.5,  1.0,  1.5,  2.0,  3.0,  4.0,  6.0,
@@ -25,19 +28,6 @@ Tensor all_codes_block() {
   for (int i = 0; i < 16; ++i)
     b[i] = static_cast<std::uint8_t>(((2 * i) % 16) | (((2 * i + 1) % 16) << 4));
   return u8_tensor({1, 16}, b);
-}
-
-template <class F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; wanted " << parts.back();
-  } catch (const Error& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "want '" << part << "' in: " << e.what();
-    }
-  }
 }
 
 TEST(Mxfp4, EveryCodeAtSeveralScales) {

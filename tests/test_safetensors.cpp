@@ -6,9 +6,12 @@
 #include <string>
 
 #include "src/core/safetensors.hpp"
+#include "tests/support/expect_error.hpp"
 
 namespace meshtest {
 namespace {
+
+using test_support::expect_error;
 
 namespace fs = std::filesystem;
 
@@ -46,19 +49,6 @@ class Safetensors : public ::testing::Test {
   static std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  // Expects `f` to throw an Error whose message contains each of `parts`.
-  template <class F>
-  static void expect_error(F&& f, const std::vector<std::string>& parts) {
-    try {
-      f();
-      ADD_FAILURE() << "no error; wanted " << parts.back();
-    } catch (const Error& e) {
-      for (const std::string& part : parts) {
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-            << "want '" << part << "' in: " << e.what();
-      }
-    }
   }
   // Opening a file with `header` and `data` fails naming the file and containing `what`.
   void expect_bad(const std::string& header, const std::string& data, const std::string& what) {
