@@ -25,6 +25,7 @@ Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOption
     n += sizes.back();
   }
   Tensor out(x.shape().with(d, n), x.dtype());
+  call.perf().attr("dim", d).output(out);
   call.count(out.numel(), "the gathered output");
   const auto [counts, displs] = call.counts(detail::block_elems(x.shape(), d, sizes), "a piece");
   if (out.empty()) return out;

@@ -19,6 +19,7 @@ void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOp
   detail::Call call(name, mesh, opt.axis, x, fmt::format("op {}", reduce_op_name(opt.op)));
   call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
   const MPI_Op op = call.reduce_op(opt.op, x.dtype());
+  call.perf().attr("op", reduce_op_name(opt.op)).output(out);
   const int count = call.count(x.numel(), "the tensor");
   if (count == 0) return;
   const void* send = &x == &out ? MPI_IN_PLACE : x.bytes();

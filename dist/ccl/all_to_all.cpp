@@ -75,7 +75,9 @@ Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions
     for (int j = 0; j < p; ++j)
       m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
   }
-  return exchange(call, x, s, c, m);
+  Tensor out = exchange(call, x, s, c, m);
+  call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
+  return out;
 }
 
 Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
@@ -113,7 +115,9 @@ Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
       }
     }
   }
-  return exchange(call, x, s, c, m);
+  Tensor out = exchange(call, x, s, c, m);
+  call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
+  return out;
 }
 
 }  // namespace meshtest::dist

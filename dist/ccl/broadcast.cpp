@@ -22,6 +22,7 @@ Tensor broadcast(const MeshDevice& mesh, const Tensor& x, const BroadcastOptions
   call.agree({{"root", opt.root}}, {.tensors = false});
   const detail::Meta& root = call.group()[static_cast<std::size_t>(opt.root)];
   Tensor out = call.index() == opt.root ? x : Tensor(root.shape(), root.dtype_value());
+  call.perf().attr("root", opt.root).output(out);
   const int count = call.count(out.numel(), "the root's tensor");
   if (count == 0) return out;
   MESHTEST_MPI(MPI_Bcast(out.bytes(), count, detail::mpi_type(out.dtype()), opt.root, call.comm()));

@@ -106,7 +106,10 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       comm_(checked_comm(op, mesh, axis)),
       size_(mesh.axis_size(axis)),
       index_(mesh.axis_index(axis)),
-      scope_(std::string(op), fmt::format("{} {} axis {}", describe(x), detail, axis_name(axis))) {}
+      perf_(op, perf::OpType::ccl),
+      scope_(std::string(op), fmt::format("{} {} axis {}", describe(x), detail, axis_name(axis))) {
+  perf_.input(x).attr("axis", axis_name(axis));
+}
 
 int Call::dim(std::string_view name, int d) {
   const int r = x_.rank();

@@ -18,6 +18,7 @@
 #include "dist/ccl/options.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/core/tensor.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest::dist::detail {
 
@@ -99,6 +100,9 @@ class Call {
   MPI_Op reduce_op(ReduceOp op, DType t) const;
   /// "device 3 (axis index 1)"
   std::string who(int index) const;
+  /// This call's profiler record (op type ccl, input x, attribute axis): each CCL adds its
+  /// own attributes and its output.
+  perf::OpScope& perf() { return perf_; }
 
  private:
   void record(std::string message);
@@ -111,6 +115,7 @@ class Call {
   MPI_Comm comm_;
   int size_ = 1;
   int index_ = 0;
+  perf::OpScope perf_;
   CclLogScope scope_;
   std::optional<std::string> error_;
   std::vector<Meta> group_;

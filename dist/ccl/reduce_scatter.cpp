@@ -23,6 +23,7 @@ Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x, const ReduceScatt
   // Device i keeps split_range(n, p, i) along d; block i is packed contiguous for MPI.
   const std::vector<std::int64_t> sizes = split_sizes(x.shape()[d], call.size());
   Tensor out(x.shape().with(d, sizes[static_cast<std::size_t>(call.index())]), x.dtype());
+  call.perf().attr("dim", d).attr("op", reduce_op_name(opt.op)).output(out);
   call.count(x.numel(), "the input");
   const auto [counts, displs] = call.counts(detail::block_elems(x.shape(), d, sizes), "a block");
   if (x.empty()) return out;

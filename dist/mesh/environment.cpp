@@ -2,6 +2,7 @@
 #include "dist/mesh/environment.hpp"
 
 #include "dist/mesh/mpi_check.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest::dist {
 
@@ -63,6 +64,8 @@ Environment::Environment(int& argc, char**& argv, int required_thread_level) {
                  "the MPI library gives thread level {} but {} is required; use an MPI "
                  "built with thread support (Open MPI: ompi_info | grep -i thread)",
                  thread_level_name(provided_), thread_level_name(required_thread_level));
+  // Profiler records carry the device id: the rank in MPI_COMM_WORLD.
+  perf::set_device_id(rank());
 }
 
 Environment::~Environment() {

@@ -1,0 +1,83 @@
+// The per-op profiler: an RAII OpScope that every op and CCL opens, signposts, and the
+// per-process list of records that dist/perf gathers across devices.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "src/core/tensor.hpp"
+#include "src/perf/op_record.hpp"
+
+namespace meshtest::perf {
+
+/// Recording is off by default; an OpScope then costs one relaxed atomic load.
+bool enabled();
+void set_enabled(bool on);
+
+/// The device id stamped on new records (dist code sets it from the mesh; default 0).
+void set_device_id(int id);
+int device_id();
+
+/// Steady-clock nanoseconds.
+std::int64_t now_ns();
+
+/// Records a zero-duration signpost; "start" and "stop" bound the measured region.
+void signpost(std::string_view name);
+
+/// The records of this process so far, in call order (a copy), and clear().
+std::vector<OpRecord> records();
+void clear();
+
+/// Restores the enabled flag and records on destruction: tests and tools use it to profile a
+/// region without leaking state.   perf::Session s;  ...  auto r = perf::records();
+class Session {
+ public:
+  explicit Session(bool enable = true);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
+/// RAII scope of one op call. Opened at the top of the op (start time), given the inputs,
+/// outputs, attributes, bytes and flops, and recorded at destruction (end time). Only leaf
+/// scopes are recorded: a scope inside which another scope was recorded (a composite op such
+/// as transformer_block) is dropped, so the records are the flat op sequence a device runs.
+/// Not recorded when the op throws.
+class OpScope {
+ public:
+  explicit OpScope(std::string_view op_code, OpType type = OpType::compute);
+  ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+  bool active() const { return active_; }
+  OpScope& input(const Tensor& t, std::string_view memory = "DEVICE");
+  OpScope& output(const Tensor& t, std::string_view memory = "DEVICE");
+  /// Appends "key=value" to the attributes (';'-separated); formatted only when active.
+  template <class V>
+  OpScope& attr(std::string_view key, const V& value) {
+    if (active_) add_attr(key, fmt::format("{}", value));
+    return *this;
+  }
+  OpScope& bytes(std::int64_t n);
+  OpScope& flops(double n);
+
+ private:
+  void add_attr(std::string_view key, std::string value);
+
+  bool active_ = false;
+  int uncaught_ = 0;
+  OpScope* parent_ = nullptr;
+  bool child_recorded_ = false;
+  OpRecord rec_;
+};
+
+}  // namespace meshtest::perf

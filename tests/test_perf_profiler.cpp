@@ -1,0 +1,102 @@
+// The profiler's OpScope: records, leaf-only nesting, signposts, exceptions, off by default.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "src/perf/profiler.hpp"
+
+namespace meshtest::perf {
+namespace {
+
+TEST(Profiler, OffByDefaultRecordsNothing) {
+  clear();
+  ASSERT_FALSE(enabled());
+  {
+    OpScope s("matmul");
+    EXPECT_FALSE(s.active());
+  }
+  signpost("start");
+  EXPECT_TRUE(records().empty());
+}
+
+TEST(Profiler, RecordsOneOpWithItsTensorsAndAttributes) {
+  Session session;
+  set_device_id(3);
+  const Tensor x({2, 3}, DType::f32), y({2, 4}, DType::bf16);
+  {
+    OpScope s("linear");
+    s.input(x, "Shard(0)").output(y).attr("bias", true).attr("k", 3).bytes(40).flops(48);
+  }
+  set_device_id(0);
+  const auto r = records();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].op_code, "linear");
+  EXPECT_EQ(r[0].op_type, OpType::compute);
+  EXPECT_EQ(r[0].device_id, 3);
+  EXPECT_EQ(r[0].global_call_count, 1);
+  EXPECT_EQ(r[0].attributes, "bias=true;k=3");
+  ASSERT_EQ(r[0].inputs.size(), 1u);
+  EXPECT_EQ(r[0].inputs[0], (TensorInfo{Shape{2, 3}, DType::f32, "Shard(0)"}));
+  ASSERT_EQ(r[0].outputs.size(), 1u);
+  EXPECT_EQ(r[0].outputs[0], (TensorInfo{Shape{2, 4}, DType::bf16, "DEVICE"}));
+  EXPECT_EQ(r[0].bytes, 40);
+  EXPECT_EQ(r[0].flops, 48);
+  EXPECT_GE(r[0].end_ns, r[0].start_ns);
+}
+
+TEST(Profiler, OnlyLeafScopesAreRecordedInCallOrder) {
+  Session session;
+  signpost("start");
+  {
+    OpScope block("transformer_block");
+    { OpScope a("rms_norm"); }
+    { OpScope b("all_reduce", OpType::ccl); }
+  }
+  { OpScope lone("embedding"); }
+  signpost("stop");
+  const auto r = records();
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r[0].op_type, OpType::signpost);
+  EXPECT_EQ(r[0].attributes, "start");
+  EXPECT_EQ(r[1].op_code, "rms_norm");
+  EXPECT_EQ(r[2].op_code, "all_reduce");
+  EXPECT_EQ(r[2].op_type, OpType::ccl);
+  EXPECT_EQ(r[3].op_code, "embedding");
+  EXPECT_EQ(r[4].attributes, "stop");
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(r[i].global_call_count, static_cast<std::int64_t>(i + 1));
+    if (i > 0) {
+      EXPECT_GE(r[i].start_ns, r[i - 1].end_ns);
+    }
+  }
+}
+
+TEST(Profiler, AThrowingOpIsNotRecorded) {
+  Session session;
+  EXPECT_THROW(
+      {
+        OpScope s("bad");
+        throw std::runtime_error("x");
+      },
+      std::runtime_error);
+  EXPECT_TRUE(records().empty());
+}
+
+TEST(Profiler, SessionRestoresTheFlagAndClears) {
+  {
+    Session session;
+    OpScope s("x");
+  }
+  EXPECT_FALSE(enabled());
+  EXPECT_TRUE(records().empty());
+}
+
+TEST(Profiler, OpTypeNamesRoundTripAndUnknownNamesThrow) {
+  for (OpType t : {OpType::compute, OpType::ccl, OpType::signpost}) {
+    EXPECT_EQ(op_type_from_name(op_type_name(t)), t);
+  }
+  EXPECT_THROW(op_type_from_name("kernel"), Error);
+}
+
+}  // namespace
+}  // namespace meshtest::perf
