@@ -56,4 +56,20 @@ std::string measurements_json(std::string_view name, const Aggregate& a,
   return j.dump(2) + "\n";
 }
 
+std::string summary_table(const Aggregate& a) {
+  std::string out = fmt::format("{:>3}  {:<20} {:<8} {:>7} {:>14} {:>14}  {}\n", "#", "op", "type",
+                                "devices", "kernel us", "op-to-op us", "attributes");
+  for (const OpSummary& op : a.ops) {
+    out += fmt::format("{:>3}  {:<20} {:<8} {:>7} {:>14.3f} {:>14.3f}  {}\n", op.index, op.op_code,
+                       op_type_name(op.op_type), op.devices, op.kernel_duration_us,
+                       op.op_to_op_latency_us, op.attributes);
+  }
+  out += fmt::format(
+      "{:>3}  {:<20} {:<8} {:>7} {:>14.3f} {:>14.3f}  (sums of the per-op "
+      "averages over {} iterations; compute: slowest device, ccl: mean)\n",
+      "", "total", "", a.devices, a.total_kernel_duration_us, a.total_op_to_op_latency_us,
+      a.iterations);
+  return out;
+}
+
 }  // namespace meshtest::perf

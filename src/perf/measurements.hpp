@@ -31,4 +31,8 @@ E2eStats e2e_stats(std::span<const double> times_us, int warmup);
 std::string measurements_json(std::string_view name, const Aggregate& a,
                               const std::optional<E2eStats>& e2e = std::nullopt);
 
+/// The aggregated per-op table as text: index, op, type, devices, average kernel duration and
+/// op-to-op latency (µs), attributes; then the totals.
+std::string summary_table(const Aggregate& a);
+
 }  // namespace meshtest::perf
