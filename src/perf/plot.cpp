@@ -131,7 +131,7 @@ void plot_op_durations(const Aggregate& a, const fs::path& png, std::string_view
       "set style data histograms\nset style histogram clustered gap 1\n"
       "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
       "set ylabel 'us (average per iteration)'\nset yrange [0:*]\nset grid ytics\n"
-      "set xtics rotate by -40 scale 0\nset key top right\nset bmargin 8\n"
+      "set xtics rotate by -40 scale 0\nset key top left\nset bmargin 8\n"
       "plot 'ops.dat' using 3:xtic(2) title 'kernel duration', '' using 4 title 'op-to-op "
       "latency'",
       gp_quote(fmt::format("{} - {} devices, {} iterations; totals: kernel {:.1f} us, op-to-op "
@@ -182,7 +182,8 @@ std::vector<CclBenchRow> parse_ccl_bench_json(std::string_view text, std::string
                    .wrong = static_cast<std::int64_t>(number_field(r, "wrong", where)),
                    .mpi_time_us = number_field(r, "mpi_time_us", where),
                    .mpi_busbw = number_field(r, "mpi_busbw", where),
-                   .ratio = number_field(r, "ratio", where)});
+                   .ratio = number_field(r, "ratio", where),
+                   .dim = r.contains("dim") ? static_cast<int>(number_field(r, "dim", where)) : 0});
     MESHTEST_CHECK(out.back().bytes > 0, "{}: bytes must be > 0 for a log-scale plot, got {}",
                    where, out.back().bytes);
   }
@@ -194,7 +195,8 @@ void plot_ccl_busbw(const std::vector<CclBenchRow>& rows, const fs::path& png,
   MESHTEST_CHECK(!rows.empty(), "plot '{}': no bench rows", png.string());
   std::map<std::string, std::string> series;  // "op np=N dtype" -> data lines
   for (const CclBenchRow& r : rows) {
-    series[fmt::format("{} np={} {}", r.op, r.np, r.dtype)] +=
+    const std::string dim = r.dim ? fmt::format(" dim={}", r.dim) : "";
+    series[fmt::format("{}{} np={} {}", r.op, dim, r.np, r.dtype)] +=
         fmt::format("{} {} {}\n", r.bytes, r.busbw, r.mpi_busbw);
   }
   std::string data, plots;

@@ -33,6 +33,7 @@ struct CclBenchRow {
   double time_us = 0, algbw = 0, busbw = 0;
   std::int64_t wrong = 0;
   double mpi_time_us = 0, mpi_busbw = 0, ratio = 0;
+  int dim = 0;  ///< optional field: the tensor dim the CCL works along (0 when absent)
 };
 
 /// Parses the bench JSON: a top-level array of row objects, an object whose "rows" is that
