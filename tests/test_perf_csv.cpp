@@ -109,7 +109,9 @@ TEST(PerfCsv, BadInputsAreClearErrors) {
   expect_error([&] { parse_ops_csv(replace(",start,", ",begin,"), "s.csv"); },
                {"s.csv", "no \"start\" signpost"});
   expect_error([&] { parse_ops_csv(replace(",bf16,", ",f16,"), "d.csv"); },
-               {"d.csv", "INPUT_0_DATATYPE"});
+               {"d.csv", "line 2", "INPUT_0", "f16"});
+  expect_error([&] { parse_ops_csv(replace(",1,1,32,64,bf16,", ",1,1,-32,64,bf16,"), "neg.csv"); },
+               {"neg.csv", "line 2", "INPUT_0"});
   expect_error([&] { parse_ops_csv(replace(",Shard(1),", ",,"), "p.csv"); },
                {"INPUT_0 is partly empty"});
   expect_error([&] { parse_ops_csv(replace(",bias=false,100,", ",bias=false,1e2,"), "n.csv"); },

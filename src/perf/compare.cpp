@@ -58,6 +58,10 @@ std::string codes(const OpsReport& r, const std::vector<std::size_t>& idx) {
   return fmt::format("{}", fmt::join(c, ", "));
 }
 
+std::string mismatches(std::size_t n) {
+  return fmt::format("{} mismatch{}", n, n == 1 ? "" : "es");
+}
+
 }  // namespace
 
 CompareResult compare_configs(const OpsReport& unit, const OpsReport& module,
@@ -105,7 +109,7 @@ CompareResult compare_configs(const OpsReport& unit, const OpsReport& module,
                             res.ok ? "OK" : "FAIL", u.size(), s, s + u.size() - 1,
                             where(module, m[s]), where(module, m[s + u.size() - 1]),
                             res.ok ? "op code, attributes and every INPUT_/OUTPUT_ field equal"
-                                   : fmt::format("{} mismatches", res.problems.size()));
+                                   : mismatches(res.problems.size()));
   return res;
 }
 
@@ -140,7 +144,7 @@ CompareResult compare_shapes(const OpsReport& single, const OpsReport& multi,
   }
   res.ok = res.problems.empty();
   res.summary = res.ok ? fmt::format("OK: {} ops, every input and output shape equal", a.size())
-                       : fmt::format("FAIL: {} mismatches", res.problems.size());
+                       : "FAIL: " + mismatches(res.problems.size());
   return res;
 }
 

@@ -240,12 +240,12 @@ OpsReport parse_ops_csv(std::string_view text, std::string source) {
           dims.push_back(
               number<std::int64_t>(*v[s], source, line, column(kKinds[g], i, kTensorSuffixes[s])));
         }
-        TensorInfo t{.shape = Shape(dims), .dtype = DType::f32, .memory = *v[5]};
+        TensorInfo t{.shape = {}, .dtype = DType::f32, .memory = *v[5]};
         try {
+          t.shape = Shape(dims);
           t.dtype = dtype_from_name(*v[4]);
         } catch (const Error& e) {
-          fail("{}: line {}: column {}: {}", source, line, column(kKinds[g], i, "DATATYPE"),
-               e.what());
+          fail("{}: line {}: {}_{}: {}", source, line, kKinds[g], i, e.what());
         }
         (g == 0 ? r.inputs : r.outputs).push_back(std::move(t));
       }
