@@ -156,6 +156,14 @@ TEST_F(ReportCli, ShapesSingleAgainstDeviceZero) {
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.out.find("op 1 'add'"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("OUTPUT_0_X: single 720, multi 1440"), std::string::npos) << bad.out;
+  ops.pop_back();
+  const CliRun fewer =
+      run(fmt::format("shapes {} {}", write("s1.csv", profiled_run(1, ops, 1)), multi));
+  EXPECT_EQ(fewer.status, 1);
+  EXPECT_NE(fewer.out.find("op counts differ: single-device run 1 ops (linear), multi-device "
+                           "device 0 4 ops"),
+            std::string::npos)
+      << fewer.out;
   const CliRun two = run(fmt::format("shapes {} {}", multi, single));
   EXPECT_EQ(two.status, 2);
   EXPECT_NE(two.out.find("must hold 1 device, it holds 4"), std::string::npos) << two.out;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -28,9 +29,12 @@ constexpr int kWarmup = 3, kIterations = 10;
 /// Runs a compute op under an OpScope that records its inputs (with their placements) and
 /// output; the op's own scope, if it has one, is the leaf that is kept.
 template <class F>
-Tensor compute(std::string_view op, std::initializer_list<std::pair<const Tensor*, const char*>> in,
+Tensor compute(std::string_view op,
+               std::initializer_list<std::pair<const char*, std::string>> attributes,
+               std::initializer_list<std::pair<const Tensor*, const char*>> in,
                const char* out_memory, F&& f) {
   perf::OpScope s(op);
+  for (const auto& [key, value] : attributes) s.attr(key, value);
   for (const auto& [t, mem] : in) s.input(*t, mem);
   Tensor y = f();
   s.output(y, out_memory);
@@ -46,13 +50,17 @@ Tensor compute(std::string_view op, std::initializer_list<std::pair<const Tensor
 ///   z = all_gather(y, axis 0, dim 0), then reduce_scatter(z, axis 0, dim 0) -> [T, H]
 Tensor step(const MeshDevice& mesh, const Tensor& x, const Tensor& scale, const Tensor& w1,
             const Tensor& w2) {
-  const Tensor h = compute("rms_norm", {{&x, "Replicate"}, {&scale, "Replicate"}}, "Replicate",
+  const Tensor h = compute("rms_norm", {{"eps", fmt::format("{}", kRmsNormEps)}},
+                           {{&x, "Replicate"}, {&scale, "Replicate"}}, "Replicate",
                            [&] { return rms_norm(x, scale); });
-  const Tensor u = compute("linear", {{&h, "Replicate"}, {&w1, "Shard(0)"}}, "Shard(1)",
-                           [&] { return linear(h, w1); });
-  const Tensor g = compute("swiglu", {{&u, "Shard(1)"}}, "Shard(1)", [&] { return swiglu(u); });
-  const Tensor p = compute("linear", {{&g, "Shard(1)"}, {&w2, "Shard(1)"}}, "Partial",
-                           [&] { return linear(g, w2); });
+  const Tensor u = compute("linear", {{"bias", "none"}}, {{&h, "Replicate"}, {&w1, "Shard(0)"}},
+                           "Shard(1)", [&] { return linear(h, w1); });
+  const Tensor g = compute(
+      "swiglu",
+      {{"alpha", fmt::format("{}", kSwigluAlpha)}, {"limit", fmt::format("{}", kSwigluLimit)}},
+      {{&u, "Shard(1)"}}, "Shard(1)", [&] { return swiglu(u); });
+  const Tensor p = compute("linear", {{"bias", "none"}}, {{&g, "Shard(1)"}, {&w2, "Shard(1)"}},
+                           "Partial", [&] { return linear(g, w2); });
   const Tensor y = all_reduce(mesh, p, {.axis = 1});
   const Tensor z = all_gather(mesh, y, {.dim = 0, .axis = 0});
   return reduce_scatter(mesh, z, {.dim = 0, .axis = 0});
