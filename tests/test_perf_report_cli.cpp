@@ -105,6 +105,7 @@ TEST_F(ReportCli, CompareMatchesUniqueSubsequence) {
   const CliRun whole = run(fmt::format("compare {} {}", unit, module));
   EXPECT_EQ(whole.status, 1);
   EXPECT_NE(whole.out.find("no matching subsequence"), std::string::npos) << whole.out;
+  EXPECT_NE(whole.out.find("pass --unit-iterations N"), std::string::npos) << whole.out;
 }
 
 TEST_F(ReportCli, CompareNamesChangedShapeDtypeAndAttribute) {
@@ -160,7 +161,7 @@ TEST_F(ReportCli, ShapesSingleAgainstDeviceZero) {
   const CliRun fewer =
       run(fmt::format("shapes {} {}", write("s1.csv", profiled_run(1, ops, 1)), multi));
   EXPECT_EQ(fewer.status, 1);
-  EXPECT_NE(fewer.out.find("op counts differ: single-device run 1 ops (linear), multi-device "
+  EXPECT_NE(fewer.out.find("op counts differ: single-device run 1 op (linear), multi-device "
                            "device 0 4 ops"),
             std::string::npos)
       << fewer.out;

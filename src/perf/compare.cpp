@@ -58,6 +58,8 @@ std::string codes(const OpsReport& r, const std::vector<std::size_t>& idx) {
   return fmt::format("{}", fmt::join(c, ", "));
 }
 
+std::string ops(std::size_t n) { return fmt::format("{} op{}", n, n == 1 ? "" : "s"); }
+
 std::string mismatches(std::size_t n) {
   return fmt::format("{} mismatch{}", n, n == 1 ? "" : "es");
 }
@@ -79,9 +81,13 @@ CompareResult compare_configs(const OpsReport& unit, const OpsReport& module,
   CompareResult res;
   if (starts.empty()) {
     res.problems.push_back(fmt::format(
-        "no matching subsequence: the unit test's {} ops ({}) do not occur contiguously in the "
-        "module's {} ops ({})",
-        u.size(), codes(unit, u), m.size(), codes(module, m)));
+        "no matching subsequence: the unit test's {} ({}) do not occur contiguously in the "
+        "module's {} ({}){}",
+        ops(u.size()), codes(unit, u), ops(m.size()), codes(module, m),
+        opts.unit_iterations == 0
+            ? " (if the unit report wraps several iterations in one start/stop signpost pair, "
+              "pass --unit-iterations N)"
+            : ""));
     res.summary = "FAIL: no matching subsequence";
     return res;
   }
@@ -89,8 +95,8 @@ CompareResult compare_configs(const OpsReport& unit, const OpsReport& module,
     std::vector<std::string> at;
     for (std::size_t s : starts) at.push_back(where(module, m[s]));
     res.problems.push_back(fmt::format(
-        "ambiguous: the unit test's {} ops ({}) occur {} times in the module, starting at {}",
-        u.size(), codes(unit, u), starts.size(), fmt::join(at, "; ")));
+        "ambiguous: the unit test's {} ({}) occur {} times in the module, starting at {}",
+        ops(u.size()), codes(unit, u), starts.size(), fmt::join(at, "; ")));
     res.summary = "FAIL: ambiguous match";
     return res;
   }
@@ -123,9 +129,9 @@ CompareResult compare_shapes(const OpsReport& single, const OpsReport& multi,
   const auto b = first_iteration(multi, opts.module_iterations);
   CompareResult res;
   if (a.size() != b.size()) {
-    res.problems.push_back(fmt::format(
-        "op counts differ: single-device run {} ops ({}), multi-device device 0 {} ops ({})",
-        a.size(), codes(single, a), b.size(), codes(multi, b)));
+    res.problems.push_back(
+        fmt::format("op counts differ: single-device run {} ({}), multi-device device 0 {} ({})",
+                    ops(a.size()), codes(single, a), ops(b.size()), codes(multi, b)));
   }
   for (std::size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
     const OpRecord& x = single.records[a[k]];
