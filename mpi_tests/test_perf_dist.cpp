@@ -3,9 +3,11 @@
 // timing; options that differ between devices fail on every device.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "src/perf/ops_csv.hpp"
 #include "src/perf/profiler.hpp"
 #include "src/perf/report.hpp"
+#include "tests/support/chrome_trace_check.hpp"
 
 namespace meshtest::dist {
 namespace {
@@ -104,12 +107,16 @@ TEST(PerfAggregate, SlowDeviceForComputeMeanForCcl) {
   }
 
   // The same figures come back from the report files.
-  const auto root = std::filesystem::temp_directory_path() / "meshtest_mpi_test_perf";
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("meshtest_mpi_test_perf_" + std::to_string(::getpid()));  // rank 0's pid
   const perf::ReportFiles f =
       perf::write_report(all, {.name = "slow", .root = root, .plot = false});
   const perf::Aggregate back = perf::aggregate(perf::read_ops_csv(f.csv).records);
   EXPECT_NEAR(back.ops[0].kernel_duration_us, a.ops[0].kernel_duration_us, 1e-9);
   EXPECT_NEAR(back.total_op_to_op_latency_us, a.total_op_to_op_latency_us, 1e-9);
+  std::ifstream trace(f.trace);
+  EXPECT_EQ(test_support::chrome_trace_problems(nlohmann::json::parse(trace)),
+            std::vector<std::string>{});
   std::filesystem::remove_all(root);
 }
 

@@ -1,6 +1,7 @@
 // Report files: trace.json validated as Chrome trace-event JSON, measurements.json, e2e
 // statistics, the record codec, and reports/<name>/ written whole.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include "src/perf/plot.hpp"
 #include "src/perf/record_codec.hpp"
 #include "src/perf/report.hpp"
+#include "tests/support/chrome_trace_check.hpp"
 #include "tests/support/expect_error.hpp"
 #include "tests/support/perf_records.hpp"
 
@@ -26,6 +28,7 @@ namespace meshtest::perf {
 namespace {
 
 using nlohmann::json;
+using test_support::chrome_trace_problems;
 using test_support::expect_error;
 using test_support::op_spec;
 using test_support::profiled_run;
@@ -43,70 +46,6 @@ std::string slurp(const std::filesystem::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-/// Structural check of the Chrome trace-event format (the JSON Object Format of the Trace
-/// Event Format document): returns the problems found.
-std::vector<std::string> chrome_trace_problems(const json& j) {
-  std::vector<std::string> bad;
-  if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array()) {
-    return {"not an object with a traceEvents array"};
-  }
-  if (j.contains("displayTimeUnit") && j["displayTimeUnit"] != "ms" &&
-      j["displayTimeUnit"] != "ns") {
-    bad.push_back("displayTimeUnit must be ms or ns");
-  }
-  std::set<std::int64_t> named, used;
-  std::map<std::int64_t, std::vector<std::pair<double, double>>> spans;
-  for (const json& e : j["traceEvents"]) {
-    const std::string where = e.dump();
-    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || !e.contains("name") ||
-        !e["name"].is_string() || !e.contains("pid") || !e["pid"].is_number_integer() ||
-        !e.contains("tid") || !e["tid"].is_number_integer()) {
-      bad.push_back("event without string ph/name or integer pid/tid: " + where);
-      continue;
-    }
-    const std::string ph = e["ph"];
-    const std::int64_t pid = e["pid"];
-    if (ph == "M") {
-      if (!e.contains("args") || !e["args"].is_object()) bad.push_back("M without args: " + where);
-      if (e["name"] == "process_name") {
-        if (!e["args"].contains("name") || !e["args"]["name"].is_string()) {
-          bad.push_back("process_name without args.name: " + where);
-        }
-        named.insert(pid);
-      }
-    } else if (ph == "X") {
-      if (!e.contains("ts") || !e["ts"].is_number() || !e.contains("dur") ||
-          !e["dur"].is_number() || e["dur"].get<double>() < 0 || e["ts"].get<double>() < 0) {
-        bad.push_back("X needs numbers ts >= 0 and dur >= 0: " + where);
-        continue;
-      }
-      used.insert(pid);
-      spans[pid].emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
-    } else if (ph == "i" || ph == "I") {
-      if (!e.contains("ts") || !e["ts"].is_number()) bad.push_back("i without ts: " + where);
-      if (e.contains("s") && e["s"] != "g" && e["s"] != "p" && e["s"] != "t") {
-        bad.push_back("instant scope must be g, p or t: " + where);
-      }
-      used.insert(pid);
-    } else {
-      bad.push_back("unexpected phase " + ph);
-    }
-  }
-  for (std::int64_t pid : used) {
-    if (!named.count(pid)) bad.push_back("pid " + std::to_string(pid) + " has no process_name");
-  }
-  // One device runs its leaf ops one after another: complete events must not overlap.
-  for (auto& [pid, s] : spans) {
-    std::sort(s.begin(), s.end());
-    for (std::size_t k = 1; k < s.size(); ++k) {
-      if (s[k - 1].first + s[k - 1].second > s[k].first + 1e-9) {
-        bad.push_back("overlapping X events on pid " + std::to_string(pid));
-      }
-    }
-  }
-  return bad;
 }
 
 TEST(PerfReport, TraceIsChromeTraceJsonWithOneProcessPerDevice) {
@@ -198,7 +137,8 @@ TEST(PerfReport, RecordCodecRoundTrips) {
 }
 
 TEST(PerfReport, WritesEveryFileIntoReportsName) {
-  const auto root = std::filesystem::temp_directory_path() / "meshtest_test_perf_report";
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("meshtest_test_perf_report_" + std::to_string(::getpid()));
   std::filesystem::remove_all(root);
   const auto recs = sample_run();
   const ReportFiles f = write_report(recs, {.name = "unit", .root = root});
