@@ -160,6 +160,9 @@ TEST(PerfAggregate, BadInputs) {
   std::vector<OpRecord> nested = {sign(0, "start", 0), op(0, "a", C, 1, 2), sign(0, "start", 3),
                                   op(0, "a", C, 4, 5), sign(0, "stop", 6)};
   expect_error([&] { aggregate(nested); }, {"inside an iteration"});
+  std::vector<OpRecord> double_stop = {sign(0, "start", 0), op(0, "a", C, 1, 2), sign(0, "stop", 3),
+                                       sign(0, "stop", 4)};
+  expect_error([&] { aggregate(double_stop); }, {"\"stop\" signpost", "without a \"start\""});
 }
 
 }  // namespace
