@@ -10,8 +10,10 @@
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/testing/fixtures.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
+#include "src/models/checkpoint.hpp"
 #include "src/models/transformer.hpp"
 #include "tests/support/expect_error.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest::dist {
 namespace {
@@ -60,6 +62,44 @@ TEST_P(TpModel, TpOnAxisZero) {
   const GptOssConfig c = config();
   if (!tp_divides(c, mesh(), 0)) GTEST_SKIP() << "axis-0 size does not divide the heads";
   expect_model_matches(c, RandomInit{4}, DType::f32, {.tp_axis = 0});
+}
+
+TEST_P(TpModel, CheckpointShardReadsEqualSlicesOfTheFullWeights) {
+  // Each rank writes its own copy (MXFP4 experts, bf16 tensors, f32 norm scales) and reads only
+  // its shard: bit-equal to slicing the fully read weights.
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const test_support::TempDir dir("meshtest_tp_ckpt");
+  TransformerWeights w = init_transformer_weights(c, DType::bf16, RandomInit{5});
+  w.norm_scale = w.norm_scale.astype(DType::f32);
+  write_checkpoint(dir.path(), c, w);
+  const TpRank tp = tp_rank(mesh());
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    const TransformerWeights full = read_checkpoint(dir.path(), c, dtype);
+    const TpTransformerWeights want = shard_transformer_weights(weight_source(full, c), c, tp, 1);
+    const TpTransformerWeights got = read_tp_checkpoint(dir.path(), c, dtype, tp, 1);
+    ASSERT_EQ(got.blocks.size(), 1U);
+    EXPECT_EQ(got.vocab, want.vocab);
+    EXPECT_TRUE(got.norm_scale.bitwise_equal(want.norm_scale)) << describe(got.norm_scale);
+    EXPECT_TRUE(got.embedding.bitwise_equal(want.embedding));
+    EXPECT_TRUE(got.unembedding.bitwise_equal(want.unembedding));
+    const AttentionWeights& ga = got.blocks[0].attn;
+    const AttentionWeights& wa = want.blocks[0].attn;
+    const MlpWeights& gm = got.blocks[0].mlp;
+    const MlpWeights& wm = want.blocks[0].mlp;
+    for (const auto& [g, e] : {std::pair{&ga.qkv_weight, &wa.qkv_weight},
+                               {&ga.qkv_bias, &wa.qkv_bias},
+                               {&ga.sinks, &wa.sinks},
+                               {&ga.out_weight, &wa.out_weight},
+                               {&gm.mlp1_weight, &wm.mlp1_weight},
+                               {&gm.mlp1_bias, &wm.mlp1_bias},
+                               {&gm.mlp2_weight, &wm.mlp2_weight},
+                               {&gm.gate_weight, &wm.gate_weight}}) {
+      EXPECT_TRUE(g->bitwise_equal(*e)) << describe(*g) << " vs " << describe(*e);
+    }
+    EXPECT_EQ(gm.mlp1_weight.shape(),
+              (Shape{c.num_experts, 2 * c.intermediate_size / tp.size, c.hidden_size}));
+  }
 }
 
 TEST_P(TpModel, BadTokensAndTpSize) {

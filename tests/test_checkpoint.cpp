@@ -11,6 +11,7 @@
 #include "src/models/transformer.hpp"
 #include "src/ops/mxfp4.hpp"
 #include "tests/support/expect_error.hpp"
+#include "tests/support/safetensors_edit.hpp"
 
 namespace meshtest {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 using test_support::expect_error;
 
 namespace fs = std::filesystem;
-using Named = std::vector<std::pair<std::string, Tensor>>;
+using Named = test_support::NamedTensors;
 
 const std::vector<std::int64_t> kTokens = {1, 5, 17, 3, 99, 0, 127};
 
@@ -77,20 +78,10 @@ class Checkpoint : public ::testing::Test {
   }
   // Rewrites model.safetensors after `edit` changes its tensor list.
   void edit(const std::function<void(Named&)>& f) {
-    const fs::path p = dir_ / "model.safetensors";
-    Named all;
-    {
-      const SafetensorsFile file = SafetensorsFile::open(p);
-      for (const std::string& name : file.names()) all.emplace_back(name, file.read(name));
-    }
-    f(all);
-    write_safetensors(p, all);
+    test_support::edit_safetensors(dir_ / "model.safetensors", f);
   }
   static Tensor& find(Named& all, const std::string& name) {
-    for (auto& [n, t] : all) {
-      if (n == name) return t;
-    }
-    throw Error("test: no " + name);
+    return test_support::find_tensor(all, name);
   }
   void expect_read_error(const std::vector<std::string>& parts) {
     expect_error([&] { read_checkpoint(dir_, cfg_, DType::f32); }, parts);
