@@ -32,15 +32,6 @@ using test_support::NamedTensors;
 const std::vector<std::int64_t> kTokens{3, 17, 127, 0, 64, 17, 5, 99, 42, 8, 1};
 const std::string kTokensArg = "3,17,127,0,64,17,5,99,42,8,1";
 
-/// The tiny config with heads and intermediate that split over 1, 2 and 4 devices.
-GptOssConfig cli_config() {
-  GptOssConfig c = GptOssConfig::tiny();
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 8;
-  return c;
-}
-
 /// build/bin/meshtest-run, beside this test's build/tests/ directory.
 fs::path run_binary() {
   return fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin" / "meshtest-run";
@@ -92,7 +83,7 @@ class RunGptOss : public ::testing::Test {
   }
 
   test_support::TempDir dir_{"meshtest_run_gpt_oss"};
-  GptOssConfig cfg_ = cli_config();
+  GptOssConfig cfg_ = GptOssConfig::tiny_tp();
 };
 
 TEST_F(RunGptOss, F32LogitsMatchSingleDeviceAtNp124) {

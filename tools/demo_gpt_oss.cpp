@@ -23,16 +23,6 @@ constexpr int kWarmup = 2;
 constexpr int kIters = 10;
 constexpr std::int64_t kTokens = 32;
 
-/// The tiny layer: hidden 64, 16 q / 8 kv heads of 8, 4 experts top-2, intermediate 32, layer 0
-/// (sliding window 4).
-GptOssConfig demo_config() {
-  GptOssConfig c = GptOssConfig::tiny();
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 8;
-  return c;
-}
-
 /// One row of the perf table: an op position of the measured iterations.
 struct OpRow {
   std::string op;
@@ -90,7 +80,7 @@ bool aggregate(const MeshDevice& mesh, const std::vector<perf::OpRecord>& recs,
 
 int demo_gpt_oss(const MeshDevice& mesh) {
   const bool root = mesh.device_id() == 0;
-  const GptOssConfig c = demo_config();
+  const GptOssConfig c = GptOssConfig::tiny_tp();
   const TpOptions o{.tp_axis = 1};
   const int tp = mesh.axis_size(o.tp_axis);
   if (root) {

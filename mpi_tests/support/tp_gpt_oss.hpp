@@ -20,13 +20,7 @@ namespace meshtest::dist::tp_test {
 /// The tiny config with heads that split over 1, 2, 4 and 8 devices: 16 q / 8 kv heads of 8,
 /// intermediate 32 (4 experts top-2, hidden 64, vocab 128, 2 layers, window 4). At TP = 3 the
 /// head counts do not divide: the tests expect the clear error there.
-inline GptOssConfig config() {
-  GptOssConfig c = GptOssConfig::tiny();
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 8;
-  return c;
-}
+inline GptOssConfig config() { return GptOssConfig::tiny_tp(); }
 
 /// Tokens of the tests: 11 (uneven over 2, 3, 4 and 8 token shards; longer than the window).
 inline constexpr std::int64_t kTokens = 11;
