@@ -124,6 +124,19 @@ TEST_F(RunGptOss, LayersAndBf16) {
   EXPECT_LE(max_abs_error(expected, got), 0.1);
 }
 
+TEST_F(RunGptOss, MakeTinyCheckpointThenRun) {
+  const fs::path made = dir_.path() / "made";
+  const Outcome m = run_cli(0, fmt::format("--make-tiny-checkpoint {}", made.string()));
+  ASSERT_EQ(m.rc, 0) << m.output;
+  EXPECT_EQ(read_config(made).num_attention_heads, 16);
+  const Outcome o = run_cli(2, fmt::format("--checkpoint {} --out {} --tokens 5,6,7 --dtype f32",
+                                           made.string(), out().string()));
+  ASSERT_EQ(o.rc, 0) << o.output;
+  const Tensor expected = transformer(std::vector<std::int64_t>{5, 6, 7},
+                                      read_checkpoint(made, cfg_, DType::f32), cfg_);
+  EXPECT_LE(max_abs_error(expected, read_npy(out())), 1e-4);
+}
+
 TEST_F(RunGptOss, CorruptCheckpointsAndBadOptionsExit2) {
   const std::string tok = "--tokens 1,2,3";
   expect_bad(0, args("--tokens 1,128"), {"token 128 at position 1", "[0, 128)"});

@@ -55,7 +55,7 @@ std::vector<int> parse_mesh(const std::string& s) {
 }
 
 struct Args {
-  std::string checkpoint, out, mesh;
+  std::string checkpoint, out, mesh, make_tiny;
   std::vector<std::int64_t> tokens;
   std::int64_t layers = -1;
   DType dtype = DType::bf16;
@@ -76,6 +76,9 @@ bool parse(int argc, char** argv, int rank, Args& a) {
       "run only the first N blocks (-1: all)");
   add("mesh", po::value<std::string>(&a.mesh),
       "mesh RxC (R*C = number of ranks); default 1xN over all ranks");
+  add("make-tiny-checkpoint", po::value<std::string>(&a.make_tiny),
+      "write a tiny random checkpoint (GptOssConfig::tiny_tp, f32, MXFP4 experts) to this "
+      "directory and exit (rank 0), to try the command");
   add("dtype", po::value<std::string>()->default_value("bf16"),
       "bf16: bf16 weights and activations, f32 inside norms, RoPE and softmax (as the reference);"
       " f32: weights upcast, every activation f32");
@@ -91,6 +94,7 @@ bool parse(int argc, char** argv, int rank, Args& a) {
     }
     return false;
   }
+  if (!a.make_tiny.empty()) return true;
   for (const char* required : {"checkpoint", "tokens", "out"}) {
     MESHTEST_CHECK(vm.count(required), "--{} is required (see --help)", required);
   }
@@ -104,6 +108,15 @@ bool parse(int argc, char** argv, int rank, Args& a) {
 int run(int argc, char** argv, const dist::Environment& env, bool& communicating) {
   Args a;
   if (!parse(argc, argv, env.rank(), a)) return 0;
+  if (!a.make_tiny.empty()) {
+    if (env.rank() == 0) {
+      const GptOssConfig c = GptOssConfig::tiny_tp();
+      write_checkpoint(a.make_tiny, c, init_transformer_weights(c, DType::f32, RandomInit{0}));
+      fmt::print("{}: wrote a tiny random checkpoint (vocab {}, {} layers) to {}\n", kName,
+                 c.vocab_size, c.num_hidden_layers, a.make_tiny);
+    }
+    return 0;
+  }
   const std::vector<int> shape =
       a.mesh.empty() ? std::vector<int>{1, env.size()} : parse_mesh(a.mesh);
   MESHTEST_CHECK(shape[0] * shape[1] == env.size(),
