@@ -110,13 +110,36 @@ TEST_P(TpBlocks, FewerTokensThanTokenShards) {
       "block T=2 rand f32");
 }
 
+TEST_P(TpBlocks, ABadShardOnOneDeviceThrowsOnEveryDevice) {
+  // Device 0 alone gets misshapen weights: every device throws (no hang), device 0 naming the
+  // weight, the others naming device 0.
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const bool first = mesh().device_id() == 0;
+  const BlockWeights full = init_block_weights(c, 1, DType::f32, RandomInit{6});
+  BlockWeights shard = shard_block_weights(weight_source(full, 1), c, 1, tp_rank(mesh()));
+  if (first) shard.attn.sinks = Tensor(Shape{1}, DType::f32);
+  if (first) shard.mlp.mlp2_bias = Tensor(Shape{1, 1}, DType::f32);
+  const Tensor x = input(c, DType::f32);
+  const std::vector<std::string> want =
+      first ? std::vector<std::string>{"sinks"} : std::vector<std::string>{"device 0"};
+  expect_error([&] { tp_attention_block(mesh(), x, shard.attn, c.attention_params(1)); }, want);
+  expect_error([&] { tp_transformer_block(mesh(), x, shard, c, 1); }, want);
+  expect_error([&] { tp_mlp_block(mesh(), x, shard.mlp, c.moe_params()); },
+               first ? std::vector<std::string>{"mlp2_bias"} : want);
+}
+
 TEST_P(TpBlocks, BadTpSizeNamesTheCountAndP) {
   const GptOssConfig c = config();
   const int p = mesh().axis_size(1);
   if (tp_divides(c, mesh())) {
-    // A config whose kv heads do not divide: 8 q heads of one kv head... split over p > 1.
+    // Configs with one count that does not split over this mesh's p > 1 devices.
     if (p == 1) GTEST_SKIP() << "every count divides a TP size of 1";
     GptOssConfig odd = c;
+    odd.num_attention_heads = 4 * p;  // q heads split, the single kv head does not
+    odd.num_key_value_heads = 1;
+    expect_error([&] { check_tp_config(odd, p); },
+                 {"num_key_value_heads = 1", fmt::format("over {} devices", p)});
     odd.num_attention_heads = 3;
     odd.num_key_value_heads = 3;
     odd.intermediate_size = 3 * 32;

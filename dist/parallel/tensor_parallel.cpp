@@ -2,8 +2,12 @@
 // token split with gathered keys/values, vocab-parallel embedding and unembedding.
 #include "dist/parallel/tensor_parallel.hpp"
 
+#include <climits>
+#include <string>
+
 #include "dist/ccl/all_gather.hpp"
 #include "dist/ccl/all_reduce.hpp"
+#include "dist/mesh/mpi_check.hpp"
 #include "src/models/transformer_block.hpp"
 #include "src/ops/attention.hpp"
 #include "src/ops/elementwise.hpp"
@@ -27,6 +31,26 @@ std::int64_t token_offset(const MeshDevice& mesh, std::int64_t local_tokens, int
   std::int64_t offset = 0;
   for (int i = 0; i < mesh.axis_index(axis); ++i) offset += all.span<std::int64_t>()[i];
   return offset;
+}
+
+// Runs this device's input checks, then agrees with every device of the mesh (one MPI_Allreduce)
+// so that a bad input on any device throws on all of them before any CCL, never a hang: the
+// failing devices throw their own message, the others name the first failing device.
+template <class F>
+void check_on_all(const MeshDevice& mesh, std::string_view op, F&& checks) {
+  std::string message;
+  try {
+    checks();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const int mine = message.empty() ? INT_MAX : mesh.device_id();
+  int first = INT_MAX;
+  MESHTEST_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, mesh.comm()));
+  if (first == INT_MAX) return;
+  if (!message.empty()) throw Error(message);
+  fail("{}: device {} of mesh {} rejected its input (its error names the problem)", op, first,
+       mesh.str());
 }
 
 void check_activation(std::string_view op, const Tensor& x, std::int64_t hidden) {
@@ -64,10 +88,11 @@ Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const Attenti
                           const AttentionParams& p, const TpOptions& o) {
   perf::OpScope scope("tp_attention_block");
   const int tokens_axis = token_axis(o);
-  const int tp = mesh.axis_size(o.tp_axis);
-  const AttentionParams local = local_attention_params(p, tp);
-  check_activation("tp_attention_block", x, -1);
-  check_attention(w, local, x.shape()[1], x.dtype());
+  const AttentionParams local = local_attention_params(p, mesh.axis_size(o.tp_axis));
+  check_on_all(mesh, "tp_attention_block", [&] {
+    check_activation("tp_attention_block", x, -1);
+    check_attention(w, local, x.shape()[1], x.dtype());
+  });
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
   Qkv qkv = split_qkv(linear(t, w.qkv_weight, w.qkv_bias), local.num_heads, local.num_kv_heads,
                       local.head_dim);
@@ -89,8 +114,10 @@ Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w
                     const MoeParams& p, const TpOptions& o) {
   perf::OpScope scope("tp_mlp_block");
   token_axis(o);
-  check_activation("tp_mlp_block", x, -1);
-  check_mlp(w, p, x.shape()[1], x.dtype());
+  check_on_all(mesh, "tp_mlp_block", [&] {
+    check_activation("tp_mlp_block", x, -1);
+    check_mlp(w, p, x.shape()[1], x.dtype());
+  });
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
   const Routing r = route_top_k(linear(t, w.gate_weight, w.gate_bias), p.experts_per_token);
   Tensor y = moe_experts(t, r, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight, p);
@@ -103,7 +130,8 @@ Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const Block
   perf::OpScope scope("tp_transformer_block");
   token_axis(o);
   check_tp_config(c, mesh.axis_size(o.tp_axis));
-  check_activation("tp_transformer_block", x, c.hidden_size);
+  check_on_all(mesh, "tp_transformer_block",
+               [&] { check_activation("tp_transformer_block", x, c.hidden_size); });
   const Tensor h = tp_attention_block(mesh, x, w.attn, c.attention_params(layer), o);
   return tp_mlp_block(mesh, h, w.mlp, c.moe_params(), o);
 }
@@ -122,10 +150,19 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
   }
   check_tp_config(c, mesh.axis_size(o.tp_axis));
   const std::int64_t layers = options.num_layers < 0 ? c.num_hidden_layers : options.num_layers;
-  MESHTEST_CHECK(options.num_layers >= -1 && layers <= c.num_hidden_layers &&
-                     layers <= static_cast<std::int64_t>(w.blocks.size()),
-                 "transformer: num_layers is {}, expected -1 (all) or 0 .. {} ({} blocks held)",
-                 options.num_layers, c.num_hidden_layers, w.blocks.size());
+  MESHTEST_CHECK(options.num_layers >= -1 && layers <= c.num_hidden_layers,
+                 "transformer: num_layers is {}, expected -1 (all) or 0 .. {}", options.num_layers,
+                 c.num_hidden_layers);
+  check_on_all(mesh, "tp_transformer", [&] {
+    MESHTEST_CHECK(static_cast<std::int64_t>(w.blocks.size()) >= layers && w.vocab.size >= 0 &&
+                       w.embedding.rank() == 2 && w.embedding.shape()[0] == w.vocab.size &&
+                       w.unembedding.rank() == 2 && w.unembedding.shape()[0] == w.vocab.size,
+                   "tp_transformer: the weights hold {} blocks and embedding {} / unembedding {} "
+                   "for vocab rows [{}, {}); expected >= {} blocks and [{}, hidden] tables "
+                   "(shard_transformer_weights or read_tp_checkpoint make them)",
+                   w.blocks.size(), describe(w.embedding), describe(w.unembedding), w.vocab.start,
+                   w.vocab.start + w.vocab.size, layers, w.vocab.size);
+  });
   const Range mine = split_range(total, mesh.axis_size(tokens_axis), mesh.axis_index(tokens_axis));
   const std::span<const std::int64_t> local =
       tokens.subspan(static_cast<std::size_t>(mine.start), static_cast<std::size_t>(mine.size));
