@@ -54,16 +54,16 @@ void check_on_all(const MeshDevice& mesh, std::string_view op, F&& checks) {
 }
 
 void check_activation(std::string_view op, const Tensor& x, std::int64_t hidden) {
-  MESHTEST_CHECK(x.rank() == 2 && (hidden < 0 || x.shape()[1] == hidden),
-                 "{}: x has shape {}, expected [T_local, hidden{}]", op, x.shape(),
-                 hidden < 0 ? std::string() : fmt::format(" = {}", hidden));
+  MESHTEST_DIST_CHECK(x.rank() == 2 && (hidden < 0 || x.shape()[1] == hidden),
+                      "{}: x has shape {}, expected [T_local, hidden{}]", op, x.shape(),
+                      hidden < 0 ? std::string() : fmt::format(" = {}", hidden));
 }
 
 }  // namespace
 
 int token_axis(const TpOptions& o) {
-  MESHTEST_CHECK(o.tp_axis == 0 || o.tp_axis == 1,
-                 "tensor parallel: tp_axis is {}, expected 0 or 1", o.tp_axis);
+  MESHTEST_DIST_CHECK(o.tp_axis == 0 || o.tp_axis == 1,
+                      "tensor parallel: tp_axis is {}, expected 0 or 1", o.tp_axis);
   return 1 - o.tp_axis;
 }
 
@@ -141,27 +141,28 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
                       const TransformerOptions& options, const TpOptions& o) {
   perf::OpScope scope("tp_transformer");
   const int tokens_axis = token_axis(o);
-  MESHTEST_CHECK(!tokens.empty(), "transformer: no tokens given (T = 0), expected T >= 1");
+  MESHTEST_DIST_CHECK(!tokens.empty(), "transformer: no tokens given (T = 0), expected T >= 1");
   const auto total = static_cast<std::int64_t>(tokens.size());
   for (std::int64_t i = 0; i < total; ++i) {
-    MESHTEST_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size,
-                   "transformer: token {} at position {} is outside the vocabulary [0, {})",
-                   tokens[i], i, c.vocab_size);
+    MESHTEST_DIST_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size,
+                        "transformer: token {} at position {} is outside the vocabulary [0, {})",
+                        tokens[i], i, c.vocab_size);
   }
   check_tp_config(c, mesh.axis_size(o.tp_axis));
   const std::int64_t layers = options.num_layers < 0 ? c.num_hidden_layers : options.num_layers;
-  MESHTEST_CHECK(options.num_layers >= -1 && layers <= c.num_hidden_layers,
-                 "transformer: num_layers is {}, expected -1 (all) or 0 .. {}", options.num_layers,
-                 c.num_hidden_layers);
+  MESHTEST_DIST_CHECK(options.num_layers >= -1 && layers <= c.num_hidden_layers,
+                      "transformer: num_layers is {}, expected -1 (all) or 0 .. {}",
+                      options.num_layers, c.num_hidden_layers);
   check_on_all(mesh, "tp_transformer", [&] {
-    MESHTEST_CHECK(static_cast<std::int64_t>(w.blocks.size()) >= layers && w.vocab.size >= 0 &&
-                       w.embedding.rank() == 2 && w.embedding.shape()[0] == w.vocab.size &&
-                       w.unembedding.rank() == 2 && w.unembedding.shape()[0] == w.vocab.size,
-                   "tp_transformer: the weights hold {} blocks and embedding {} / unembedding {} "
-                   "for vocab rows [{}, {}); expected >= {} blocks and [{}, hidden] tables "
-                   "(shard_transformer_weights or read_tp_checkpoint make them)",
-                   w.blocks.size(), describe(w.embedding), describe(w.unembedding), w.vocab.start,
-                   w.vocab.start + w.vocab.size, layers, w.vocab.size);
+    MESHTEST_DIST_CHECK(
+        static_cast<std::int64_t>(w.blocks.size()) >= layers && w.vocab.size >= 0 &&
+            w.embedding.rank() == 2 && w.embedding.shape()[0] == w.vocab.size &&
+            w.unembedding.rank() == 2 && w.unembedding.shape()[0] == w.vocab.size,
+        "tp_transformer: the weights hold {} blocks and embedding {} / unembedding {} "
+        "for vocab rows [{}, {}); expected >= {} blocks and [{}, hidden] tables "
+        "(shard_transformer_weights or read_tp_checkpoint make them)",
+        w.blocks.size(), describe(w.embedding), describe(w.unembedding), w.vocab.start,
+        w.vocab.start + w.vocab.size, layers, w.vocab.size);
   });
   const Range mine = split_range(total, mesh.axis_size(tokens_axis), mesh.axis_index(tokens_axis));
   const std::span<const std::int64_t> local =

@@ -7,22 +7,24 @@
 #include <string_view>
 #include <utility>
 
+#include "dist/mesh/mpi_check.hpp"
 #include "src/models/checkpoint.hpp"
 
 namespace meshtest::dist {
 namespace {
 
 void check_divides(std::string_view what, std::int64_t count, int tp) {
-  MESHTEST_CHECK(tp >= 1, "tensor parallel: {} devices on the TP axis, expected >= 1", tp);
-  MESHTEST_CHECK(count % tp == 0,
-                 "tensor parallel: {} = {} cannot be split over {} devices (it is not a multiple "
-                 "of {}); use a TP axis whose size divides {}",
-                 what, count, tp, tp, what);
+  MESHTEST_DIST_CHECK(tp >= 1, "tensor parallel: {} devices on the TP axis, expected >= 1", tp);
+  MESHTEST_DIST_CHECK(
+      count % tp == 0,
+      "tensor parallel: {} = {} cannot be split over {} devices (it is not a multiple "
+      "of {}); use a TP axis whose size divides {}",
+      what, count, tp, tp, what);
 }
 
 void check_rank(TpRank tp) {
-  MESHTEST_CHECK(tp.size >= 1 && tp.index >= 0 && tp.index < tp.size,
-                 "tensor parallel: device index {} of {} is out of range", tp.index, tp.size);
+  MESHTEST_DIST_CHECK(tp.size >= 1 && tp.index >= 0 && tp.index < tp.size,
+                      "tensor parallel: device index {} of {} is out of range", tp.index, tp.size);
 }
 
 // The tensor of block weights `w` with block-relative checkpoint name `rel` ("attn.sinks").
@@ -48,8 +50,8 @@ std::pair<std::int64_t, std::string_view> split_block_name(std::string_view name
   const std::string_view rest = name.substr(prefix.size());
   std::int64_t n = -1;
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
-  MESHTEST_CHECK(ec == std::errc{} && end < rest.data() + rest.size() && *end == '.',
-                 "tensor parallel: weight name '{}' is not block.<n>.<name>", name);
+  MESHTEST_DIST_CHECK(ec == std::errc{} && end < rest.data() + rest.size() && *end == '.',
+                      "tensor parallel: weight name '{}' is not block.<n>.<name>", name);
   return {n, rest.substr(static_cast<std::size_t>(end - rest.data()) + 1)};
 }
 
@@ -87,8 +89,8 @@ AttentionParams local_attention_params(const AttentionParams& p, int tp) {
 WeightSource weight_source(const BlockWeights& w, std::int64_t layer) {
   return source_of([&w, layer](const std::string& name) -> const Tensor& {
     const auto [n, rel] = split_block_name(name);
-    MESHTEST_CHECK(n == layer, "tensor parallel: weight '{}' asked of the weights of block {}",
-                   name, layer);
+    MESHTEST_DIST_CHECK(n == layer, "tensor parallel: weight '{}' asked of the weights of block {}",
+                        name, layer);
     return block_tensor(w, rel, name);
   });
 }
@@ -98,9 +100,9 @@ WeightSource weight_source(const TransformerWeights& w, const GptOssConfig& c) {
   return source_of([&w](const std::string& name) -> const Tensor& {
     const auto [n, rel] = split_block_name(name);
     if (n >= 0) {
-      MESHTEST_CHECK(n < static_cast<std::int64_t>(w.blocks.size()),
-                     "tensor parallel: weight '{}' of a model with {} blocks", name,
-                     w.blocks.size());
+      MESHTEST_DIST_CHECK(n < static_cast<std::int64_t>(w.blocks.size()),
+                          "tensor parallel: weight '{}' of a model with {} blocks", name,
+                          w.blocks.size());
       return block_tensor(w.blocks[static_cast<std::size_t>(n)], rel, name);
     }
     if (rel == "embedding.weight") return w.embedding;
@@ -157,9 +159,9 @@ TpTransformerWeights shard_transformer_weights(const WeightSource& src, const Gp
                                                TpRank tp, std::int64_t num_layers) {
   check_rank(tp);
   check_tp_config(c, tp.size);
-  MESHTEST_CHECK(num_layers >= -1 && num_layers <= c.num_hidden_layers,
-                 "tensor parallel: num_layers is {}, expected -1 (all) or 0 .. {}", num_layers,
-                 c.num_hidden_layers);
+  MESHTEST_DIST_CHECK(num_layers >= -1 && num_layers <= c.num_hidden_layers,
+                      "tensor parallel: num_layers is {}, expected -1 (all) or 0 .. {}", num_layers,
+                      c.num_hidden_layers);
   TpTransformerWeights w;
   w.vocab = split_range(c.vocab_size, tp.size, tp.index);
   w.embedding = src.slice("embedding.weight", 0, w.vocab);
@@ -174,9 +176,9 @@ TpTransformerWeights read_tp_checkpoint(const std::filesystem::path& dir, const 
                                         DType compute, TpRank tp, std::int64_t num_layers) {
   check_rank(tp);
   check_tp_config(c, tp.size);
-  MESHTEST_CHECK(num_layers >= -1 && num_layers <= c.num_hidden_layers,
-                 "read_tp_checkpoint: num_layers is {}, expected -1 (all) or 0 .. {}", num_layers,
-                 c.num_hidden_layers);
+  MESHTEST_DIST_CHECK(num_layers >= -1 && num_layers <= c.num_hidden_layers,
+                      "read_tp_checkpoint: num_layers is {}, expected -1 (all) or 0 .. {}",
+                      num_layers, c.num_hidden_layers);
   const CheckpointDir ckpt = CheckpointDir::open(dir);
   check_checkpoint_shapes(ckpt, c, num_layers < 0 ? c.num_hidden_layers : num_layers);
   const WeightSource src{.whole =
