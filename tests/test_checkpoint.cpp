@@ -1,6 +1,5 @@
 // gpt-oss checkpoints: write -> read round trips, sliced reads, config.json, bad input.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <functional>
@@ -12,6 +11,7 @@
 #include "src/ops/mxfp4.hpp"
 #include "tests/support/expect_error.hpp"
 #include "tests/support/safetensors_edit.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
 namespace {
@@ -62,14 +62,6 @@ void expect_bitwise_equal(const TransformerWeights& a, const TransformerWeights&
 
 class Checkpoint : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("meshtest_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Writes the tiny random checkpoint in `dtype` and returns the weights written.
   TransformerWeights write_tiny(DType dtype, bool mxfp4 = true) {
     TransformerWeights w = init_transformer_weights(cfg_, dtype, RandomInit{.seed = 11});
@@ -87,7 +79,8 @@ class Checkpoint : public ::testing::Test {
     expect_error([&] { read_checkpoint(dir_, cfg_, DType::f32); }, parts);
   }
 
-  fs::path dir_;
+  const test_support::TempDir tmp_{"meshtest_ckpt"};
+  const fs::path dir_ = tmp_.path();
   GptOssConfig cfg_ = GptOssConfig::tiny();
 };
 
