@@ -1,6 +1,5 @@
 // gpt-oss checkpoints: write -> read round trips, sliced reads, config.json, bad input.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <functional>
@@ -11,6 +10,8 @@
 #include "src/models/transformer.hpp"
 #include "src/ops/mxfp4.hpp"
 #include "tests/support/expect_error.hpp"
+#include "tests/support/safetensors_edit.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 using test_support::expect_error;
 
 namespace fs = std::filesystem;
-using Named = std::vector<std::pair<std::string, Tensor>>;
+using Named = test_support::NamedTensors;
 
 const std::vector<std::int64_t> kTokens = {1, 5, 17, 3, 99, 0, 127};
 
@@ -61,14 +62,6 @@ void expect_bitwise_equal(const TransformerWeights& a, const TransformerWeights&
 
 class Checkpoint : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("meshtest_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Writes the tiny random checkpoint in `dtype` and returns the weights written.
   TransformerWeights write_tiny(DType dtype, bool mxfp4 = true) {
     TransformerWeights w = init_transformer_weights(cfg_, dtype, RandomInit{.seed = 11});
@@ -77,26 +70,17 @@ class Checkpoint : public ::testing::Test {
   }
   // Rewrites model.safetensors after `edit` changes its tensor list.
   void edit(const std::function<void(Named&)>& f) {
-    const fs::path p = dir_ / "model.safetensors";
-    Named all;
-    {
-      const SafetensorsFile file = SafetensorsFile::open(p);
-      for (const std::string& name : file.names()) all.emplace_back(name, file.read(name));
-    }
-    f(all);
-    write_safetensors(p, all);
+    test_support::edit_safetensors(dir_ / "model.safetensors", f);
   }
   static Tensor& find(Named& all, const std::string& name) {
-    for (auto& [n, t] : all) {
-      if (n == name) return t;
-    }
-    throw Error("test: no " + name);
+    return test_support::find_tensor(all, name);
   }
   void expect_read_error(const std::vector<std::string>& parts) {
     expect_error([&] { read_checkpoint(dir_, cfg_, DType::f32); }, parts);
   }
 
-  fs::path dir_;
+  const test_support::TempDir tmp_{"meshtest_ckpt"};
+  const fs::path dir_ = tmp_.path();
   GptOssConfig cfg_ = GptOssConfig::tiny();
 };
 

@@ -31,6 +31,17 @@ std::string error_of(auto&& f) {
   return "no error";
 }
 
+TEST(GptOssConfig, TinyTpSplitsOver1248) {
+  const GptOssConfig c = GptOssConfig::tiny_tp();
+  EXPECT_NO_THROW(c.validate());
+  for (const std::int64_t p : {1, 2, 4, 8}) {
+    EXPECT_EQ(c.num_attention_heads % p, 0);
+    EXPECT_EQ(c.num_key_value_heads % p, 0);
+    EXPECT_EQ(c.intermediate_size % p, 0);
+  }
+  EXPECT_NE(c.num_key_value_heads % 3, 0);  // the TP tests expect the clear error at 3
+}
+
 TEST(GptOssConfig, PublishedConfigs) {
   // openai/gpt-oss gpt_oss/torch/model.py ModelConfig (defaults = 120b) and the 20b
   // config.json: 24 layers, 32 experts.

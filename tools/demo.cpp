@@ -207,6 +207,7 @@ int demo(int argc, char** argv, int rank, int np) {
         "devices; wall {:.1f} s\n",
         rows.size(), rows.size() - static_cast<std::size_t>(failed), failed, MPI_Wtime() - t0);
   }
+  failed += demo_gpt_oss(mesh);
   demo_perf(mesh);
   return failed == 0 ? 0 : 1;
 }

@@ -1,9 +1,15 @@
-// The demo's extra sections, one function each, called from tools/demo.cpp's main flow.
+// Sections of meshtest-demo beyond the CCL table: one function per section, each in its own
+// tools/demo_<section>.cpp. Each is collective over the mesh, prints on rank 0 and returns the
+// number of failed checks (the same on every rank).
 #pragma once
 
 #include "dist/mesh/mesh_device.hpp"
 
 namespace meshtest::dist {
+
+/// A tiny gpt-oss decoder layer, TP on axis 1 and tokens on axis 0, against one device: PCC
+/// and the per-op perf table (tools/demo_gpt_oss.cpp).
+int demo_gpt_oss(const MeshDevice& mesh);
 
 /// Profiles a compute + CCL sequence on every device, prints the aggregated per-op table and
 /// writes reports/demo/ (tools/demo_perf.cpp). Collective; returns 0 (the figures are not

@@ -239,6 +239,27 @@ void write_config(const fs::path& dir, const GptOssConfig& c) {
   write_file_atomic(dir / "config.json", std::span(&part, 1));
 }
 
+void check_checkpoint_shapes(const CheckpointDir& ckpt, const GptOssConfig& c,
+                             std::int64_t num_layers) {
+  TransformerWeights names_only;
+  names_only.blocks.resize(static_cast<std::size_t>(num_layers));
+  for_each_tensor(names_only, c, [&](const std::string& name, Tensor&, const Shape& want, bool) {
+    const Shape given = ckpt.shape(name);
+    MESHTEST_CHECK(given == want,
+                   "checkpoint '{}': tensor '{}' has shape {}, expected {} from the config",
+                   ckpt.dir().string(), name, given, want);
+  });
+}
+
+DType checkpoint_read_dtype(const CheckpointDir& ckpt, std::string_view name, DType compute) {
+  const bool norm = name.ends_with("norm.scale");
+  if (norm && compute == DType::bf16 && !ckpt.is_mxfp4(name) &&
+      ckpt.info(name).dtype == DType::f32) {
+    return DType::f32;
+  }
+  return compute;
+}
+
 TransformerWeights read_checkpoint(const fs::path& dir, const GptOssConfig& c, DType compute,
                                    const ReadCheckpointOptions& options) {
   c.validate();
@@ -247,19 +268,12 @@ TransformerWeights read_checkpoint(const fs::path& dir, const GptOssConfig& c, D
                  "read_checkpoint: num_layers is {}, expected -1 (all) or 0 .. {}",
                  options.num_layers, c.num_hidden_layers);
   const CheckpointDir ckpt = CheckpointDir::open(dir);
+  const std::int64_t layers = options.num_layers < 0 ? c.num_hidden_layers : options.num_layers;
+  check_checkpoint_shapes(ckpt, c, layers);
   TransformerWeights w;
-  w.blocks.resize(options.num_layers < 0 ? c.num_hidden_layers : options.num_layers);
-  for_each_tensor(w, c, [&](const std::string& name, Tensor& t, const Shape& want, bool norm) {
-    const Shape given = ckpt.shape(name);
-    MESHTEST_CHECK(given == want,
-                   "checkpoint '{}': tensor '{}' has shape {}, expected {} from the config",
-                   dir.string(), name, given, want);
-    DType dtype = compute;
-    if (norm && compute == DType::bf16 && !ckpt.is_mxfp4(name) &&
-        ckpt.info(name).dtype == DType::f32) {
-      dtype = DType::f32;
-    }
-    t = read_tensor(ckpt, name, dtype);
+  w.blocks.resize(static_cast<std::size_t>(layers));
+  for_each_tensor(w, c, [&](const std::string& name, Tensor& t, const Shape&, bool) {
+    t = read_tensor(ckpt, name, checkpoint_read_dtype(ckpt, name, compute));
   });
   return w;
 }

@@ -76,6 +76,15 @@ GptOssConfig read_config(const std::filesystem::path& dir);
 /// Writes those fields of `c` to `dir`/config.json (atomically; creates `dir`).
 void write_config(const std::filesystem::path& dir, const GptOssConfig& c);
 
+/// Throws Error naming the first tensor of blocks 0 .. num_layers-1 (and the model-level ones)
+/// that is missing from `ckpt` or whose logical shape differs from the one `c` gives it
+/// (expected vs given). Reads headers only; a sharded reader calls it before slicing.
+void check_checkpoint_shapes(const CheckpointDir& ckpt, const GptOssConfig& c,
+                             std::int64_t num_layers);
+/// The dtype read_checkpoint reads `name` in: `compute`, except that with bf16 a norm scale
+/// stored in f32 stays f32 (the reference keeps norm scales in f32).
+DType checkpoint_read_dtype(const CheckpointDir& ckpt, std::string_view name, DType compute);
+
 /// Options of read_checkpoint().
 struct ReadCheckpointOptions {
   std::int64_t num_layers = -1;  ///< read only blocks 0 .. n-1; -1: all

@@ -29,6 +29,14 @@ GptOssConfig GptOssConfig::tiny() {
   return c;
 }
 
+GptOssConfig GptOssConfig::tiny_tp() {
+  GptOssConfig c = tiny();
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 8;
+  c.head_dim = 8;
+  return c;
+}
+
 void GptOssConfig::validate() const {
   const auto positive = [](const char* name, std::int64_t v) {
     MESHTEST_CHECK(v > 0, "gpt-oss config: {} is {}, expected > 0", name, v);

@@ -39,6 +39,9 @@ struct GptOssConfig {
   /// intermediate 32, sliding window 4, the published RoPE/YaRN values (low ≈ 2.0, high ≈ 4.4
   /// for head_dim 16).
   static GptOssConfig tiny();
+  /// For tensor-parallel tests: tiny() with 16 q / 8 kv heads of 8, so heads and the
+  /// intermediate (32) split over 1, 2, 4 and 8 devices (not 3).
+  static GptOssConfig tiny_tp();
 
   /// Throws Error naming the first field that is out of range or inconsistent (including the
   /// YaRN low/high condition).

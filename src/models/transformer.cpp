@@ -5,11 +5,13 @@
 #include "src/ops/embedding.hpp"
 #include "src/ops/linear.hpp"
 #include "src/ops/rms_norm.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 
 Tensor transformer(std::span<const std::int64_t> tokens, const TransformerWeights& w,
                    const GptOssConfig& c, const TransformerOptions& options) {
+  perf::OpScope scope("transformer");
   MESHTEST_CHECK(!tokens.empty(), "transformer: no tokens given (T = 0), expected T >= 1");
   check_transformer_weights(w, c);
   const std::int64_t layers = options.num_layers < 0 ? c.num_hidden_layers : options.num_layers;

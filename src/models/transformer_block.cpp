@@ -3,11 +3,13 @@
 
 #include "src/ops/attention.hpp"
 #include "src/ops/moe.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 
 Tensor transformer_block(const Tensor& x, const BlockWeights& w, const GptOssConfig& c,
                          std::int64_t layer) {
+  perf::OpScope scope("transformer_block");
   c.validate();
   MESHTEST_CHECK(x.rank() == 2 && x.shape()[1] == c.hidden_size,
                  "transformer_block: x has shape {}, expected [T, hidden_size = {}]", x.shape(),

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "src/perf/profiler.hpp"
+
 namespace meshtest {
 namespace detail {
 
@@ -37,15 +39,19 @@ template RowMatrix<float> swiglu_rows<bf16>(const Eigen::Ref<const RowMatrix<flo
 }  // namespace detail
 
 Tensor swiglu(const Tensor& x, double alpha, double limit) {
+  perf::OpScope scope("swiglu");
+  scope.input(x).attr("alpha", alpha).attr("limit", limit);
   MESHTEST_CHECK(x.rank() >= 1 && x.shape()[x.rank() - 1] % 2 == 0,
                  "swiglu: x has shape {}, expected [..., 2I] (an even last dim)", x.shape());
   MESHTEST_CHECK(std::isfinite(alpha) && std::isfinite(limit) && limit > 0,
                  "swiglu: alpha {} must be finite and limit {} finite and > 0", alpha, limit);
-  return detail::visit_floating(x.dtype(), "swiglu", [&]<class S>(type_tag<S>) {
+  Tensor out = detail::visit_floating(x.dtype(), "swiglu", [&]<class S>(type_tag<S>) {
     const detail::ComputeMatrix<S> xm(x);
     const auto y = detail::swiglu_rows<S>(xm.map(), alpha, limit);
     return detail::to_tensor<S>(y, x.shape().with(x.rank() - 1, x.shape()[x.rank() - 1] / 2));
   });
+  scope.output(out).flops(kSwigluFlops * static_cast<double>(out.numel()));
+  return out;
 }
 
 }  // namespace meshtest

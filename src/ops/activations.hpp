@@ -9,6 +9,8 @@ namespace meshtest {
 /// Defaults of gpt-oss swiglu.
 inline constexpr double kSwigluAlpha = 1.702;
 inline constexpr double kSwigluLimit = 7.0;
+/// Flops counted per swiglu output (min, clamp, scale, exp, add, divide, 3 multiplies, add).
+inline constexpr double kSwigluFlops = 10.0;
 
 /// gpt-oss SwiGLU on interleaved columns: x_glu = x[..., 0::2], x_lin = x[..., 1::2];
 ///   glu = min(x_glu, limit), lin = clamp(x_lin, -limit, limit),

@@ -5,6 +5,7 @@
 #include "src/ops/elementwise.hpp"
 #include "src/ops/linear.hpp"
 #include "src/ops/sdpa.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 
@@ -58,6 +59,7 @@ Qkv split_qkv(const Tensor& qkv, std::int64_t num_heads, std::int64_t num_kv_hea
 }
 
 Tensor attention_block(const Tensor& x, const AttentionWeights& w, const AttentionParams& p) {
+  perf::OpScope scope("attention_block");
   detail::check_rank("attention_block", "x ([T, hidden])", x, 2);
   check_attention(w, p, x.shape()[1], x.dtype());
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "src/ops/compute.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 namespace {
@@ -40,6 +41,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor* bias) {
 
 Tensor linear_checked(const Tensor& x, const Tensor& weight, const Tensor* bias) {
   constexpr std::string_view op = "linear";
+  perf::OpScope scope(op);
+  scope.input(x).input(weight);
+  if (bias != nullptr) scope.input(*bias);
   MESHTEST_CHECK(x.rank() >= 1, "linear: x has shape {}, expected [..., in]", x.shape());
   detail::check_rank(op, "weight", weight, 2);
   MESHTEST_CHECK(weight.shape()[1] == x.shape()[x.rank() - 1],
@@ -50,8 +54,14 @@ Tensor linear_checked(const Tensor& x, const Tensor& weight, const Tensor* bias)
     detail::check_shape(op, "bias", *bias, Shape{weight.shape()[0]});
     detail::check_dtype(op, "bias", *bias, x.dtype());
   }
-  return detail::visit_floating(
+  Tensor y = detail::visit_floating(
       x.dtype(), op, [&]<class S>(type_tag<S>) { return linear_impl<S>(x, weight, bias); });
+  const std::int64_t rows = x.shape().outer(x.rank() - 1);
+  const std::int64_t in = weight.shape()[1], out = weight.shape()[0];
+  scope.attr("in", in).attr("out", out).attr("bias", bias != nullptr);
+  scope.output(y).flops(2.0 * static_cast<double>(rows * in * out) +
+                        (bias != nullptr ? static_cast<double>(rows * out) : 0.0));
+  return y;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "src/ops/compute.hpp"
 #include "src/ops/elementwise.hpp"
 #include "src/ops/linear.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 namespace {
@@ -153,17 +154,24 @@ void check_mlp(const MlpWeights& w, const MoeParams& p, std::int64_t hidden, DTy
 }
 
 Routing route_top_k(const Tensor& logits, std::int64_t k) {
+  perf::OpScope scope("route_top_k");
+  scope.input(logits).attr("k", k);
   detail::check_rank("route_top_k", "logits ([T, experts])", logits, 2);
   MESHTEST_CHECK(k >= 1 && k <= logits.shape()[1],
                  "route_top_k: k is {}, expected 1 .. {} (the number of experts)", k,
                  logits.shape()[1]);
-  return detail::visit_floating(logits.dtype(), "route_top_k",
-                                [&]<class S>(type_tag<S>) { return route_impl<S>(logits, k); });
+  Routing r = detail::visit_floating(logits.dtype(), "route_top_k", [&]<class S>(type_tag<S>) {
+    return route_impl<S>(logits, k);
+  });
+  scope.output(r.weights).flops(static_cast<double>(logits.numel()));
+  return r;
 }
 
 Tensor moe_experts(const Tensor& t, const Routing& routing, const Tensor& mlp1_weight,
                    const Tensor& mlp1_bias, const Tensor& mlp2_weight, const MoeParams& p) {
   constexpr std::string_view op = "moe_experts";
+  perf::OpScope scope(op);
+  scope.input(t).input(mlp1_weight).input(mlp1_bias).input(mlp2_weight).attr("k", routing.k);
   detail::check_rank(op, "t ([T, hidden])", t, 2);
   detail::check_rank(op, "mlp1_weight ([experts, 2I, hidden])", mlp1_weight, 3);
   const std::int64_t experts = mlp1_weight.shape()[0];
@@ -178,24 +186,34 @@ Tensor moe_experts(const Tensor& t, const Routing& routing, const Tensor& mlp1_w
     detail::check_dtype(op, "expert weight", *w, t.dtype());
   }
   check_routing(op, routing, t.shape()[0], experts, t.dtype());
-  return detail::visit_floating(t.dtype(), op, [&]<class S>(type_tag<S>) {
+  Tensor y = detail::visit_floating(t.dtype(), op, [&]<class S>(type_tag<S>) {
     return experts_impl<S>(t, routing, mlp1_weight, mlp1_bias, mlp2_weight, p);
   });
+  // Per (token, expert) slot: mlp1 (2 * hidden * 2I), bias, swiglu, mlp2 (2 * I * hidden).
+  const double slots = static_cast<double>(routing.num_tokens * routing.k);
+  const double h = static_cast<double>(hidden), i = static_cast<double>(two_i / 2);
+  scope.output(y).flops(slots * (6.0 * h * i + 2.0 * i + kSwigluFlops * i));
+  return y;
 }
 
 Tensor moe_combine(const Tensor& y, const Routing& routing, const Tensor& mlp2_bias) {
   constexpr std::string_view op = "moe_combine";
+  perf::OpScope scope(op);
+  scope.input(y).input(mlp2_bias).attr("k", routing.k);
   detail::check_rank(op, "y ([T, k, hidden])", y, 3);
   detail::check_rank(op, "mlp2_bias ([experts, hidden])", mlp2_bias, 2);
   detail::check_shape(op, "y", y, Shape{routing.num_tokens, routing.k, y.shape()[2]});
   detail::check_shape(op, "mlp2_bias", mlp2_bias, Shape{mlp2_bias.shape()[0], y.shape()[2]});
   detail::check_dtype(op, "mlp2_bias", mlp2_bias, y.dtype());
   check_routing(op, routing, y.shape()[0], mlp2_bias.shape()[0], y.dtype());
-  return detail::visit_floating(
+  Tensor out = detail::visit_floating(
       y.dtype(), op, [&]<class S>(type_tag<S>) { return combine_impl<S>(y, routing, mlp2_bias); });
+  scope.output(out).flops(3.0 * static_cast<double>(y.numel()));
+  return out;
 }
 
 Tensor mlp_block(const Tensor& x, const MlpWeights& w, const MoeParams& p) {
+  perf::OpScope scope("mlp_block");
   detail::check_rank("mlp_block", "x ([T, hidden])", x, 2);
   check_mlp(w, p, x.shape()[1], x.dtype());
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);

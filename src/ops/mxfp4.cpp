@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "src/perf/profiler.hpp"
+
 namespace meshtest {
 namespace {
 
@@ -70,6 +72,8 @@ Shape mxfp4_decoded_shape(const Shape& blocks) {
 }
 
 Tensor mxfp4_decode(const Tensor& blocks, const Tensor& scales, DType out) {
+  perf::OpScope scope("mxfp4_decode");
+  scope.input(blocks).input(scales);
   check_mxfp4(blocks, scales, "mxfp4_decode");
   check_float_out(out, "mxfp4_decode");
   Tensor result(mxfp4_decoded_shape(blocks.shape()), out);
@@ -89,6 +93,7 @@ Tensor mxfp4_decode(const Tensor& blocks, const Tensor& scales, DType out) {
       }
     }
   });
+  scope.output(result).flops(static_cast<double>(result.numel()));
   return result;
 }
 

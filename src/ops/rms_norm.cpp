@@ -4,11 +4,14 @@
 #include <cmath>
 
 #include "src/ops/compute.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 
 Tensor rms_norm(const Tensor& x, const Tensor& scale, double eps) {
   constexpr std::string_view op = "rms_norm";
+  perf::OpScope scope(op);
+  scope.input(x).input(scale).attr("eps", eps);
   MESHTEST_CHECK(x.rank() >= 1, "rms_norm: x has shape {}, expected [..., hidden]", x.shape());
   const std::int64_t hidden = x.shape()[x.rank() - 1];
   detail::check_shape(op, "scale", scale, Shape{hidden});
@@ -16,7 +19,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& scale, double eps) {
                  "rms_norm: scale has dtype {}, expected f32, f64 or bf16", scale.dtype());
   MESHTEST_CHECK(eps >= 0 && std::isfinite(eps),
                  "rms_norm: eps is {}, expected a finite value >= 0", eps);
-  return detail::visit_floating(x.dtype(), op, [&]<class S>(type_tag<S>) {
+  Tensor out = detail::visit_floating(x.dtype(), op, [&]<class S>(type_tag<S>) {
     using C = detail::compute_t<S>;
     const detail::ComputeMatrix<S> xm(x);
     const Tensor s = scale.astype(dtype_of<C>());
@@ -30,6 +33,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& scale, double eps) {
     }
     return detail::to_tensor<S>(y, x.shape());
   });
+  scope.output(out).flops(4.0 * static_cast<double>(x.numel()));
+  return out;
 }
 
 }  // namespace meshtest

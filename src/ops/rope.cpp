@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "src/ops/compute.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 namespace {
@@ -124,13 +125,19 @@ RopeTable rope_table(const RopeParams& p, std::int64_t num_tokens, std::int64_t 
   MESHTEST_CHECK(num_tokens >= 0 && position_offset >= 0,
                  "rope_table: num_tokens {} and position_offset {} must be >= 0", num_tokens,
                  position_offset);
-  return detail::visit_floating(dtype, "rope_table", [&]<class S>(type_tag<S>) {
+  perf::OpScope scope("rope_table");
+  scope.attr("tokens", num_tokens).attr("offset", position_offset).attr("head_dim", p.head_dim);
+  RopeTable t = detail::visit_floating(dtype, "rope_table", [&]<class S>(type_tag<S>) {
     return table_impl<S>(p, num_tokens, position_offset);
   });
+  scope.output(t.cos).output(t.sin).flops(4.0 * static_cast<double>(t.cos.numel()));
+  return t;
 }
 
 Tensor apply_rope(const Tensor& x, const RopeTable& table) {
   constexpr std::string_view op = "apply_rope";
+  perf::OpScope scope(op);
+  scope.input(x).input(table.cos).input(table.sin);
   detail::check_rank(op, "table.cos", table.cos, 2);
   detail::check_shape(op, "table.sin", table.sin, table.cos.shape());
   detail::check_dtype(op, "table.sin", table.sin, table.cos.dtype());
@@ -140,8 +147,10 @@ Tensor apply_rope(const Tensor& x, const RopeTable& table) {
       "apply_rope: x has shape {}, expected [T = {}, ..., head_dim = {}]", x.shape(),
       table.cos.shape()[0], 2 * half);
   detail::check_dtype(op, "x", x, table.cos.dtype());
-  return detail::visit_floating(x.dtype(), op,
-                                [&]<class S>(type_tag<S>) { return apply_impl<S>(x, table); });
+  Tensor out = detail::visit_floating(
+      x.dtype(), op, [&]<class S>(type_tag<S>) { return apply_impl<S>(x, table); });
+  scope.output(out).flops(3.0 * static_cast<double>(x.numel()));
+  return out;
 }
 
 std::pair<Tensor, Tensor> rope(const Tensor& q, const Tensor& k, const RopeParams& p,
@@ -151,8 +160,12 @@ std::pair<Tensor, Tensor> rope(const Tensor& q, const Tensor& k, const RopeParam
                  k.shape());
   MESHTEST_CHECK(q.dtype() == k.dtype(), "rope: q has dtype {} but k has dtype {}", q.dtype(),
                  k.dtype());
+  perf::OpScope scope("rope");
+  scope.input(q).input(k).attr("offset", position_offset);
   const RopeTable table = rope_table(p, q.shape()[0], position_offset, q.dtype());
-  return {apply_rope(q, table), apply_rope(k, table)};
+  std::pair<Tensor, Tensor> out{apply_rope(q, table), apply_rope(k, table)};
+  scope.output(out.first).output(out.second);
+  return out;
 }
 
 }  // namespace meshtest

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "src/ops/compute.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest {
 namespace {
@@ -82,6 +83,11 @@ Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
             const SdpaOptions& options) {
   constexpr std::string_view op = "sdpa";
+  perf::OpScope scope(op);
+  scope.input(q).input(k).input(v).input(sinks);
+  scope.attr("window", options.sliding_window)
+      .attr("q_offset", options.q_offset)
+      .attr("k_offset", options.k_offset);
   detail::check_rank(op, "q ([Tq, kv_heads, q_per_kv, head_dim])", q, 4);
   detail::check_rank(op, "k ([Tk, kv_heads, head_dim])", k, 3);
   const std::int64_t kv_heads = q.shape()[1];
@@ -97,8 +103,11 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sin
                  options.sliding_window);
   MESHTEST_CHECK(!options.scale || std::isfinite(*options.scale),
                  "sdpa: scale is {}, expected a finite value", options.scale.value_or(0.0));
-  return detail::visit_floating(
+  Tensor out = detail::visit_floating(
       q.dtype(), op, [&]<class S>(type_tag<S>) { return sdpa_impl<S>(q, k, v, sinks, options); });
+  // q·k and weights·v: 2 GEMMs of Tq x Tk x d per head (masked entries included).
+  scope.output(out).flops(4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.shape()[0]));
+  return out;
 }
 
 }  // namespace meshtest

@@ -105,8 +105,10 @@ OpScope::~OpScope() {
   if (!active_) return;
   rec_.end_ns = now_ns();
   t_open = parent_;
-  if (std::uncaught_exceptions() > uncaught_ || child_recorded_) return;
+  if (std::uncaught_exceptions() > uncaught_) return;
+  // A recorded descendant makes every enclosing scope composite, not only the direct parent.
   if (parent_) parent_->child_recorded_ = true;
+  if (child_recorded_) return;
   push(std::move(rec_));
 }
 

@@ -1,0 +1,178 @@
+// tensor_parallel: TP attention (head split, row-parallel out), TP MoE (intermediate split),
+// token split with gathered keys/values, vocab-parallel embedding and unembedding.
+#include "dist/parallel/tensor_parallel.hpp"
+
+#include <climits>
+#include <string>
+
+#include "dist/ccl/all_gather.hpp"
+#include "dist/ccl/all_reduce.hpp"
+#include "dist/mesh/mpi_check.hpp"
+#include "src/models/transformer_block.hpp"
+#include "src/ops/attention.hpp"
+#include "src/ops/elementwise.hpp"
+#include "src/ops/embedding.hpp"
+#include "src/ops/linear.hpp"
+#include "src/ops/moe.hpp"
+#include "src/ops/rms_norm.hpp"
+#include "src/ops/rope.hpp"
+#include "src/ops/sdpa.hpp"
+#include "src/perf/profiler.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+// Position of this device's first token: the token counts of the devices before it on the
+// token axis, summed (one small all_gather; none on a 1-device axis).
+std::int64_t token_offset(const MeshDevice& mesh, std::int64_t local_tokens, int axis) {
+  if (mesh.axis_size(axis) == 1) return 0;
+  const Tensor mine = Tensor::from_vector<std::int64_t>(Shape{1}, {local_tokens});
+  const Tensor all = all_gather(mesh, mine, {.dim = 0, .axis = axis});
+  std::int64_t offset = 0;
+  for (int i = 0; i < mesh.axis_index(axis); ++i) offset += all.span<std::int64_t>()[i];
+  return offset;
+}
+
+// Runs this device's input checks, then agrees with every device of the mesh (one MPI_Allreduce)
+// so that a bad input on any device throws on all of them before any CCL, never a hang: the
+// failing devices throw their own message, the others name the first failing device.
+template <class F>
+void check_on_all(const MeshDevice& mesh, std::string_view op, F&& checks) {
+  std::string message;
+  try {
+    checks();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const int mine = message.empty() ? INT_MAX : mesh.device_id();
+  int first = INT_MAX;
+  MESHTEST_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, mesh.comm()));
+  if (first == INT_MAX) return;
+  if (!message.empty()) throw Error(message);
+  fail("{}: device {} of mesh {} rejected its input (its error names the problem)", op, first,
+       mesh.str());
+}
+
+void check_activation(std::string_view op, const Tensor& x, std::int64_t hidden) {
+  MESHTEST_DIST_CHECK(x.rank() == 2 && (hidden < 0 || x.shape()[1] == hidden),
+                      "{}: x has shape {}, expected [T_local, hidden{}]", op, x.shape(),
+                      hidden < 0 ? std::string() : fmt::format(" = {}", hidden));
+}
+
+}  // namespace
+
+int token_axis(const TpOptions& o) {
+  MESHTEST_DIST_CHECK(o.tp_axis == 0 || o.tp_axis == 1,
+                      "tensor parallel: tp_axis is {}, expected 0 or 1", o.tp_axis);
+  return 1 - o.tp_axis;
+}
+
+TpRank tp_rank(const MeshDevice& mesh, const TpOptions& o) {
+  token_axis(o);
+  return {.size = mesh.axis_size(o.tp_axis), .index = mesh.axis_index(o.tp_axis)};
+}
+
+Placements tp_activation_placements(const TpOptions& o) {
+  Placements p{Replicate{}, Replicate{}};
+  p[static_cast<std::size_t>(token_axis(o))] = Shard{0};
+  return p;
+}
+
+Placements tp_logits_placements(const TpOptions& o) {
+  Placements p = tp_activation_placements(o);
+  p[static_cast<std::size_t>(o.tp_axis)] = Shard{1};
+  return p;
+}
+
+Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const AttentionWeights& w,
+                          const AttentionParams& p, const TpOptions& o) {
+  perf::OpScope scope("tp_attention_block");
+  const int tokens_axis = token_axis(o);
+  const AttentionParams local = local_attention_params(p, mesh.axis_size(o.tp_axis));
+  check_on_all(mesh, "tp_attention_block", [&] {
+    check_activation("tp_attention_block", x, -1);
+    check_attention(w, local, x.shape()[1], x.dtype());
+  });
+  const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
+  Qkv qkv = split_qkv(linear(t, w.qkv_weight, w.qkv_bias), local.num_heads, local.num_kv_heads,
+                      local.head_dim);
+  const std::int64_t offset = token_offset(mesh, x.shape()[0], tokens_axis);
+  auto [q, k] = rope(qkv.q, qkv.k, p.rope, offset);
+  Tensor v = std::move(qkv.v);
+  if (mesh.axis_size(tokens_axis) > 1) {
+    k = all_gather(mesh, k, {.dim = 0, .axis = tokens_axis});
+    v = all_gather(mesh, v, {.dim = 0, .axis = tokens_axis});
+  }
+  const Tensor attn =
+      sdpa(q, k, v, w.sinks, {.sliding_window = p.sliding_window, .q_offset = offset});
+  Tensor partial = linear(attn, w.out_weight);
+  all_reduce_inplace(mesh, partial, {.axis = o.tp_axis});
+  return add(x, add_bias(partial, w.out_bias));
+}
+
+Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w,
+                    const MoeParams& p, const TpOptions& o) {
+  perf::OpScope scope("tp_mlp_block");
+  token_axis(o);
+  check_on_all(mesh, "tp_mlp_block", [&] {
+    check_activation("tp_mlp_block", x, -1);
+    check_mlp(w, p, x.shape()[1], x.dtype());
+  });
+  const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
+  const Routing r = route_top_k(linear(t, w.gate_weight, w.gate_bias), p.experts_per_token);
+  Tensor y = moe_experts(t, r, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight, p);
+  all_reduce_inplace(mesh, y, {.axis = o.tp_axis});
+  return add(x, moe_combine(y, r, w.mlp2_bias));
+}
+
+Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const BlockWeights& w,
+                            const GptOssConfig& c, std::int64_t layer, const TpOptions& o) {
+  perf::OpScope scope("tp_transformer_block");
+  token_axis(o);
+  check_tp_config(c, mesh.axis_size(o.tp_axis));
+  check_on_all(mesh, "tp_transformer_block",
+               [&] { check_activation("tp_transformer_block", x, c.hidden_size); });
+  const Tensor h = tp_attention_block(mesh, x, w.attn, c.attention_params(layer), o);
+  return tp_mlp_block(mesh, h, w.mlp, c.moe_params(), o);
+}
+
+Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> tokens,
+                      const TpTransformerWeights& w, const GptOssConfig& c,
+                      const TransformerOptions& options, const TpOptions& o) {
+  perf::OpScope scope("tp_transformer");
+  const int tokens_axis = token_axis(o);
+  MESHTEST_DIST_CHECK(!tokens.empty(), "transformer: no tokens given (T = 0), expected T >= 1");
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  for (std::int64_t i = 0; i < total; ++i) {
+    MESHTEST_DIST_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size,
+                        "transformer: token {} at position {} is outside the vocabulary [0, {})",
+                        tokens[i], i, c.vocab_size);
+  }
+  check_tp_config(c, mesh.axis_size(o.tp_axis));
+  const std::int64_t layers = options.num_layers < 0 ? c.num_hidden_layers : options.num_layers;
+  MESHTEST_DIST_CHECK(options.num_layers >= -1 && layers <= c.num_hidden_layers,
+                      "transformer: num_layers is {}, expected -1 (all) or 0 .. {}",
+                      options.num_layers, c.num_hidden_layers);
+  check_on_all(mesh, "tp_transformer", [&] {
+    MESHTEST_DIST_CHECK(
+        static_cast<std::int64_t>(w.blocks.size()) >= layers && w.vocab.size >= 0 &&
+            w.embedding.rank() == 2 && w.embedding.shape()[0] == w.vocab.size &&
+            w.unembedding.rank() == 2 && w.unembedding.shape()[0] == w.vocab.size,
+        "tp_transformer: the weights hold {} blocks and embedding {} / unembedding {} "
+        "for vocab rows [{}, {}); expected >= {} blocks and [{}, hidden] tables "
+        "(shard_transformer_weights or read_tp_checkpoint make them)",
+        w.blocks.size(), describe(w.embedding), describe(w.unembedding), w.vocab.start,
+        w.vocab.start + w.vocab.size, layers, w.vocab.size);
+  });
+  const Range mine = split_range(total, mesh.axis_size(tokens_axis), mesh.axis_index(tokens_axis));
+  const std::span<const std::int64_t> local =
+      tokens.subspan(static_cast<std::size_t>(mine.start), static_cast<std::size_t>(mine.size));
+  Tensor x = embedding_shard(local, w.embedding, w.vocab.start, c.vocab_size);
+  all_reduce_inplace(mesh, x, {.axis = o.tp_axis});
+  for (std::int64_t n = 0; n < layers; ++n) {
+    x = tp_transformer_block(mesh, x, w.blocks[static_cast<std::size_t>(n)], c, n, o);
+  }
+  return linear(rms_norm(x, w.norm_scale, c.norm_eps), w.unembedding);
+}
+
+}  // namespace meshtest::dist

@@ -1,0 +1,75 @@
+// tensor_parallel: the gpt-oss attention block, MLP block, transformer block and model with
+// tensor parallelism on one mesh axis and the tokens split over the other.
+//
+// Layout on an R x C mesh with TP on axis 1 (TpOptions::tp_axis = 1, the default):
+//   - the C devices of a row split heads, expert intermediate units and the vocab
+//     (shards from dist/parallel/tp_shard.hpp);
+//   - the R devices of a column split the tokens (any contiguous split, e.g. array_split:
+//     placement Shard(0) on axis 0); positions are global, so RoPE, causality and the sliding
+//     window hold across token shards; attention all_gathers keys and values along axis 0.
+// Activations [T, hidden] are placed {Shard(0), Replicate} (tp_activation_placements) and logits
+// [T, vocab] {Shard(0), Shard(1)} (tp_logits_placements). A 1 x N mesh is plain TP over N
+// devices; an N x 1 mesh splits only the tokens. With tp_axis = 0 the roles of the axes swap.
+//
+// Every function is collective over the whole mesh: all devices call it with the same
+// arguments apart from their own shards, and run the same CCLs in the same order. Bad input
+// (head or intermediate counts that do not divide the TP axis, shapes that do not fit) throws
+// the same meshtest::Error on every device before any communication.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/tp_shard.hpp"
+#include "dist/shard/placement.hpp"
+#include "src/core/tensor.hpp"
+#include "src/models/gpt_oss_config.hpp"
+#include "src/models/transformer.hpp"
+
+namespace meshtest::dist {
+
+/// The mesh axis of tensor parallelism; the tokens are split over the other axis.
+struct TpOptions {
+  int tp_axis = 1;
+};
+
+/// The mesh axis the tokens are split over: 1 - tp_axis. Throws Error unless tp_axis is 0 or 1.
+int token_axis(const TpOptions& o);
+/// This device's place on the TP axis of `mesh`.
+TpRank tp_rank(const MeshDevice& mesh, const TpOptions& o = {});
+/// Placements of activations [T, hidden]: Shard(0) on the token axis, Replicate on the TP axis.
+Placements tp_activation_placements(const TpOptions& o = {});
+/// Placements of logits [T, vocab]: Shard(0) on the token axis, Shard(1) on the TP axis.
+Placements tp_logits_placements(const TpOptions& o = {});
+
+/// Attention block on this device's heads and tokens (p: the full model's params):
+///   t = rms_norm(x); q, k, v = local heads of linear(t, qkv); RoPE at global positions;
+///   k, v all_gathered over the token axis; o = sdpa(q, k, v, local sinks, window);
+///   out = x + add_bias(all_reduce_tp(linear(o, out.weight shard)), out.bias).
+///   x: [T_local, hidden]  ->  [T_local, hidden];  w: shard_attention_weights(...)
+Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const AttentionWeights& w,
+                          const AttentionParams& p, const TpOptions& o = {});
+
+/// MLP block on this device's intermediate units and tokens: the router (gate, top-k, softmax)
+/// runs replicated; y = all_reduce_tp(moe_experts(t, mlp1 / mlp2 shards)); then the mlp2 bias
+/// is added once, in moe_combine; out = x + combine.
+///   x: [T_local, hidden]  ->  [T_local, hidden];  w: shard_mlp_weights(...)
+Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w,
+                    const MoeParams& p, const TpOptions& o = {});
+
+/// Layer `layer`: tp_mlp_block(tp_attention_block(x)).   x: [T_local, hidden] -> same
+Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const BlockWeights& w,
+                            const GptOssConfig& c, std::int64_t layer, const TpOptions& o = {});
+
+/// The model on this device's tokens and vocab rows: vocab-parallel embedding (rows outside the
+/// shard are zero, all_reduce over the TP axis), the blocks, the final norm and the unembedding
+/// of the vocab shard.
+///   tokens: all T >= 1 ids (the same on every device)  ->  logits [T_local, vocab_local] with
+///   T_local the array_split share of the token axis and vocab_local = w.vocab.size
+/// Throws Error for T = 0 or an id outside [0, vocab) (position named), on every device.
+Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> tokens,
+                      const TpTransformerWeights& w, const GptOssConfig& c,
+                      const TransformerOptions& options = {}, const TpOptions& o = {});
+
+}  // namespace meshtest::dist

@@ -1,0 +1,174 @@
+// test_tp_blocks: tensor-parallel gpt-oss rms_norm, attention, MLP and transformer block against
+// the single-device reference, on every mesh shape of the world (TP on axis 1, tokens on axis 0),
+// constant (0.5) and seeded random weights, f32 (PCC >= 0.99999) and bf16 (PCC >= 0.99). At
+// TP sizes that do not divide the heads (3) the clear error is expected instead.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+
+#include "dist/parallel/tensor_parallel.hpp"
+#include "dist/testing/fixtures.hpp"
+#include "mpi_tests/support/tp_gpt_oss.hpp"
+#include "src/models/transformer_block.hpp"
+#include "src/ops/attention.hpp"
+#include "src/ops/moe.hpp"
+#include "src/ops/rms_norm.hpp"
+#include "tests/support/expect_error.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using test_support::expect_error;
+using tp_test::config;
+using tp_test::expect_tp_matches;
+using tp_test::init_name;
+using tp_test::input;
+using tp_test::tp_divides;
+
+class TpBlocks : public testing::MeshShapeTest {
+ protected:
+  /// Calls f(init, dtype, label) for both weight inits and both dtypes.
+  template <class F>
+  void for_each_case(F&& f) {
+    for (const WeightInit& init : {WeightInit{ConstantInit{0.5}}, WeightInit{RandomInit{1}}}) {
+      for (const DType dtype : {DType::f32, DType::bf16}) {
+        f(init, dtype, fmt::format("{} {}", init_name(init), dtype_name(dtype)));
+      }
+    }
+  }
+};
+
+TEST_P(TpBlocks, RmsNormOnTokenShards) {
+  const GptOssConfig c = config();
+  for_each_case([&](const WeightInit& init, DType dtype, const std::string& label) {
+    const Tensor scale = init_attention_weights(c, 0, dtype, init).norm_scale;
+    const auto norm = [&](const Tensor& x) { return rms_norm(x, scale); };
+    expect_tp_matches(mesh(), input(c, dtype), norm, norm, "rms_norm " + label);
+  });
+}
+
+TEST_P(TpBlocks, AttentionMatchesSingleDevice) {
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const TpRank tp = tp_rank(mesh());
+  for (const std::int64_t layer : {0, 1}) {  // layer 0: sliding window 4; layer 1: full causal
+    for_each_case([&](const WeightInit& init, DType dtype, const std::string& label) {
+      const BlockWeights full = init_block_weights(c, layer, dtype, init);
+      const AttentionWeights shard =
+          shard_attention_weights(weight_source(full, layer), c, layer, tp);
+      const AttentionParams p = c.attention_params(layer);
+      expect_tp_matches(
+          mesh(), input(c, dtype),
+          [&](const Tensor& x) { return attention_block(x, full.attn, p); },
+          [&](const Tensor& x) { return tp_attention_block(mesh(), x, shard, p); },
+          fmt::format("attention L{} {}", layer, label));
+    });
+  }
+}
+
+TEST_P(TpBlocks, MlpMatchesSingleDevice) {
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const TpRank tp = tp_rank(mesh());
+  for_each_case([&](const WeightInit& init, DType dtype, const std::string& label) {
+    const BlockWeights full = init_block_weights(c, 0, dtype, init);
+    const MlpWeights shard = shard_mlp_weights(weight_source(full, 0), c, 0, tp);
+    expect_tp_matches(
+        mesh(), input(c, dtype),
+        [&](const Tensor& x) { return mlp_block(x, full.mlp, c.moe_params()); },
+        [&](const Tensor& x) { return tp_mlp_block(mesh(), x, shard, c.moe_params()); },
+        "mlp " + label);
+  });
+}
+
+TEST_P(TpBlocks, TransformerBlockMatchesSingleDevice) {
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const TpRank tp = tp_rank(mesh());
+  for_each_case([&](const WeightInit& init, DType dtype, const std::string& label) {
+    const BlockWeights full = init_block_weights(c, 0, dtype, init);
+    const BlockWeights shard = shard_block_weights(weight_source(full, 0), c, 0, tp);
+    expect_tp_matches(
+        mesh(), input(c, dtype), [&](const Tensor& x) { return transformer_block(x, full, c, 0); },
+        [&](const Tensor& x) { return tp_transformer_block(mesh(), x, shard, c, 0); },
+        "block " + label);
+  });
+}
+
+TEST_P(TpBlocks, FewerTokensThanTokenShards) {
+  // 2 tokens over up to 8 token shards: most shards are empty; the window and causality still
+  // hold (positions are global).
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const BlockWeights full = init_block_weights(c, 0, DType::f32, RandomInit{2});
+  const BlockWeights shard = shard_block_weights(weight_source(full, 0), c, 0, tp_rank(mesh()));
+  expect_tp_matches(
+      mesh(), input(c, DType::f32, 2),
+      [&](const Tensor& x) { return transformer_block(x, full, c, 0); },
+      [&](const Tensor& x) { return tp_transformer_block(mesh(), x, shard, c, 0); },
+      "block T=2 rand f32");
+}
+
+TEST_P(TpBlocks, ABadShardOnOneDeviceThrowsOnEveryDevice) {
+  // Device 0 alone gets misshapen weights: every device throws (no hang), device 0 naming the
+  // weight, the others naming device 0.
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const bool first = mesh().device_id() == 0;
+  const BlockWeights full = init_block_weights(c, 1, DType::f32, RandomInit{6});
+  BlockWeights shard = shard_block_weights(weight_source(full, 1), c, 1, tp_rank(mesh()));
+  if (first) shard.attn.sinks = Tensor(Shape{1}, DType::f32);
+  if (first) shard.mlp.mlp2_bias = Tensor(Shape{1, 1}, DType::f32);
+  const Tensor x = input(c, DType::f32);
+  const std::vector<std::string> want =
+      first ? std::vector<std::string>{"sinks"} : std::vector<std::string>{"device 0"};
+  expect_error([&] { tp_attention_block(mesh(), x, shard.attn, c.attention_params(1)); }, want);
+  expect_error([&] { tp_transformer_block(mesh(), x, shard, c, 1); }, want);
+  expect_error([&] { tp_mlp_block(mesh(), x, shard.mlp, c.moe_params()); },
+               first ? std::vector<std::string>{"mlp2_bias"} : want);
+}
+
+TEST_P(TpBlocks, BadTpSizeNamesTheCountAndP) {
+  const GptOssConfig c = config();
+  const int p = mesh().axis_size(1);
+  if (tp_divides(c, mesh())) {
+    // Configs with one count that does not split over this mesh's p > 1 devices.
+    if (p == 1) GTEST_SKIP() << "every count divides a TP size of 1";
+    GptOssConfig odd = c;
+    odd.num_attention_heads = 4 * p;  // q heads split, the single kv head does not
+    odd.num_key_value_heads = 1;
+    expect_error([&] { check_tp_config(odd, p); },
+                 {"num_key_value_heads = 1", fmt::format("over {} devices", p)});
+    odd.num_attention_heads = 3;
+    odd.num_key_value_heads = 3;
+    odd.intermediate_size = 3 * 32;
+    expect_error([&] { check_tp_config(odd, p); },
+                 {"num_attention_heads = 3", fmt::format("over {} devices", p)});
+    odd.num_attention_heads = 3 * 16;
+    odd.num_key_value_heads = 3 * 8;
+    odd.intermediate_size = 33;
+    expect_error([&] { check_tp_config(odd, p); },
+                 {"intermediate_size = 33", fmt::format("over {} devices", p)});
+    return;
+  }
+  // This mesh's TP size (3) does not divide 16 heads / 32 units: every entry point says so on
+  // every device, before any communication.
+  const BlockWeights full = init_block_weights(c, 0, DType::f32, ConstantInit{0.5});
+  const TpRank tp = tp_rank(mesh());
+  const std::vector<std::string> heads{"num_attention_heads = 16",
+                                       fmt::format("over {} devices", p)};
+  expect_error([&] { shard_attention_weights(weight_source(full, 0), c, 0, tp); }, heads);
+  expect_error([&] { shard_block_weights(weight_source(full, 0), c, 0, tp); }, heads);
+  expect_error([&] { tp_transformer_block(mesh(), input(c, DType::f32), full, c, 0); }, heads);
+  expect_error(
+      [&] { tp_attention_block(mesh(), input(c, DType::f32), full.attn, c.attention_params(0)); },
+      heads);
+  expect_error([&] { shard_mlp_weights(weight_source(full, 0), c, 0, tp); },
+               {"intermediate_size = 32", fmt::format("over {} devices", p)});
+}
+
+MESHTEST_INSTANTIATE_MESH_SHAPES(TpBlocks);
+
+}  // namespace
+}  // namespace meshtest::dist

@@ -1,0 +1,128 @@
+// test_tp_model: the tensor-parallel tiny gpt-oss model (vocab-parallel embedding and
+// unembedding, TP blocks, tokens split over the other axis) against the single-device
+// transformer, on every mesh shape of the world, constant and random weights, f32 and bf16;
+// TP on axis 0 too; bad tokens give the same clear error on every device.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dist/parallel/tensor_parallel.hpp"
+#include "dist/testing/fixtures.hpp"
+#include "mpi_tests/support/tp_gpt_oss.hpp"
+#include "src/models/checkpoint.hpp"
+#include "src/models/transformer.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using test_support::expect_error;
+using tp_test::config;
+using tp_test::init_name;
+using tp_test::threshold;
+using tp_test::tp_divides;
+
+const std::vector<std::int64_t> kTokens{3, 17, 127, 0, 64, 17, 5, 99, 42, 8, 1};
+
+class TpModel : public testing::MeshShapeTest {
+ protected:
+  /// The TP model on kTokens against transformer(); logs "PCC model ...".
+  void expect_model_matches(const GptOssConfig& c, const WeightInit& init, DType dtype,
+                            const TpOptions& o) {
+    const TransformerWeights full = init_transformer_weights(c, dtype, init);
+    const TpTransformerWeights shard =
+        shard_transformer_weights(weight_source(full, c), c, tp_rank(mesh(), o));
+    const std::string label =
+        fmt::format("model tp_axis {} {} {}", o.tp_axis, init_name(init), dtype_name(dtype));
+    const Comparison cmp = testing::expect_matches_single_device(
+        mesh(), {}, [&](const std::vector<Tensor>&) { return transformer(kTokens, full, c); },
+        [&](const MeshDevice& m, const std::vector<Tensor>&) {
+          return tp_transformer(m, kTokens, shard, c, {}, o);
+        },
+        tp_logits_placements(o),
+        {.metric = Metric::pcc, .threshold = threshold(dtype), .label = label});
+    if (mesh().device_id() == 0) {
+      fmt::print("PCC {:<34} mesh {:<4} {:.9f} {}\n", label, mesh().str(), cmp.value,
+                 cmp.passed ? "ok" : "FAIL");
+    }
+  }
+};
+
+TEST_P(TpModel, TinyModelMatchesSingleDevice) {
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  for (const WeightInit& init : {WeightInit{ConstantInit{0.5}}, WeightInit{RandomInit{3}}}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) expect_model_matches(c, init, dtype, {});
+  }
+}
+
+TEST_P(TpModel, TpOnAxisZero) {
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh(), 0)) GTEST_SKIP() << "axis-0 size does not divide the heads";
+  expect_model_matches(c, RandomInit{4}, DType::f32, {.tp_axis = 0});
+}
+
+TEST_P(TpModel, CheckpointShardReadsEqualSlicesOfTheFullWeights) {
+  // Each rank writes its own copy (MXFP4 experts, bf16 tensors, f32 norm scales) and reads only
+  // its shard: bit-equal to slicing the fully read weights.
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const test_support::TempDir dir("meshtest_tp_ckpt");
+  TransformerWeights w = init_transformer_weights(c, DType::bf16, RandomInit{5});
+  w.norm_scale = w.norm_scale.astype(DType::f32);
+  write_checkpoint(dir.path(), c, w);
+  const TpRank tp = tp_rank(mesh());
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    const TransformerWeights full = read_checkpoint(dir.path(), c, dtype);
+    const TpTransformerWeights want = shard_transformer_weights(weight_source(full, c), c, tp, 1);
+    const TpTransformerWeights got = read_tp_checkpoint(dir.path(), c, dtype, tp, 1);
+    ASSERT_EQ(got.blocks.size(), 1U);
+    EXPECT_EQ(got.vocab, want.vocab);
+    EXPECT_TRUE(got.norm_scale.bitwise_equal(want.norm_scale)) << describe(got.norm_scale);
+    EXPECT_TRUE(got.embedding.bitwise_equal(want.embedding));
+    EXPECT_TRUE(got.unembedding.bitwise_equal(want.unembedding));
+    const AttentionWeights& ga = got.blocks[0].attn;
+    const AttentionWeights& wa = want.blocks[0].attn;
+    const MlpWeights& gm = got.blocks[0].mlp;
+    const MlpWeights& wm = want.blocks[0].mlp;
+    for (const auto& [g, e] : {std::pair{&ga.qkv_weight, &wa.qkv_weight},
+                               {&ga.qkv_bias, &wa.qkv_bias},
+                               {&ga.sinks, &wa.sinks},
+                               {&ga.out_weight, &wa.out_weight},
+                               {&gm.mlp1_weight, &wm.mlp1_weight},
+                               {&gm.mlp1_bias, &wm.mlp1_bias},
+                               {&gm.mlp2_weight, &wm.mlp2_weight},
+                               {&gm.gate_weight, &wm.gate_weight}}) {
+      EXPECT_TRUE(g->bitwise_equal(*e)) << describe(*g) << " vs " << describe(*e);
+    }
+    EXPECT_EQ(gm.mlp1_weight.shape(),
+              (Shape{c.num_experts, 2 * c.intermediate_size / tp.size, c.hidden_size}));
+  }
+}
+
+TEST_P(TpModel, BadTokensAndTpSize) {
+  const GptOssConfig c = config();
+  const TpTransformerWeights none;
+  expect_error(
+      [&] {
+        tp_transformer(mesh(), std::vector<std::int64_t>{1, 128}, none, c);
+      },
+      {"token 128 at position 1", "[0, 128)"});
+  expect_error([&] { tp_transformer(mesh(), std::vector<std::int64_t>{}, none, c); }, {"T = 0"});
+  expect_error([&] { tp_transformer(mesh(), kTokens, none, c, {}, {.tp_axis = 2}); },
+               {"tp_axis is 2"});
+  if (!tp_divides(c, mesh())) {
+    const TransformerWeights full = init_transformer_weights(c, DType::f32, ConstantInit{0.5});
+    expect_error([&] { shard_transformer_weights(weight_source(full, c), c, tp_rank(mesh())); },
+                 {"num_attention_heads = 16", fmt::format("over {} devices", mesh().axis_size(1))});
+    expect_error([&] { tp_transformer(mesh(), kTokens, none, c); },
+                 {"num_attention_heads = 16", fmt::format("over {} devices", mesh().axis_size(1))});
+  }
+}
+
+MESHTEST_INSTANTIATE_MESH_SHAPES(TpModel);
+
+}  // namespace
+}  // namespace meshtest::dist

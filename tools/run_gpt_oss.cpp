@@ -1,0 +1,176 @@
+// meshtest-run gpt-oss: the logits of a gpt-oss checkpoint for given tokens, on one device or
+// tensor parallel on a mesh (./launch/meshtest run -np N build/bin/meshtest-run gpt-oss ...).
+#include <fmt/format.h>
+#include <mpi.h>
+#include <boost/program_options.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "dist/mesh/environment.hpp"
+#include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/tensor_parallel.hpp"
+#include "src/core/npy.hpp"
+#include "src/models/checkpoint.hpp"
+#include "tools/subcommand.hpp"
+
+namespace meshtest::tools {
+namespace {
+
+namespace po = boost::program_options;
+constexpr std::string_view kName = "meshtest-run gpt-oss";
+
+/// Parses "1,2,3": T >= 1 integers; names the bad item.
+std::vector<std::int64_t> parse_tokens(const std::string& s) {
+  std::vector<std::int64_t> out;
+  std::size_t pos = 0;
+  while (pos <= s.size() && !s.empty()) {
+    const std::size_t end = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, end - pos);
+    std::int64_t v = 0;
+    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    MESHTEST_CHECK(!item.empty() && ec == std::errc{} && p == item.data() + item.size(),
+                   "--tokens: item {} ('{}') is not an integer token id (expected e.g. 1,2,3)",
+                   out.size(), item);
+    out.push_back(v);
+    pos = end + 1;
+  }
+  MESHTEST_CHECK(!out.empty(), "--tokens: no tokens given (T = 0), expected T >= 1 ids");
+  return out;
+}
+
+/// Parses "RxC" (or "N" for 1 x N).
+std::vector<int> parse_mesh(const std::string& s) {
+  int r = 0, c = 0;
+  char x = 0, extra = 0;
+  if (std::sscanf(s.c_str(), "%d%c%d%c", &r, &x, &c, &extra) == 3 && (x == 'x' || x == 'X') &&
+      r > 0 && c > 0) {
+    return {r, c};
+  }
+  if (std::sscanf(s.c_str(), "%d%c", &r, &extra) == 1 && r > 0) return {1, r};
+  fail("--mesh expects RxC (e.g. 2x4) or N with positive R, C, N; got '{}'", s);
+}
+
+struct Args {
+  std::string checkpoint, out, mesh, make_tiny;
+  std::vector<std::int64_t> tokens;
+  std::int64_t layers = -1;
+  DType dtype = DType::bf16;
+};
+
+/// Parses and checks the options; returns false after --help.
+bool parse(int argc, char** argv, int rank, Args& a) {
+  po::options_description opts(
+      "meshtest-run gpt-oss: logits [T, vocab] (f32 .npy) of a gpt-oss checkpoint for the given "
+      "tokens, on one device or tensor parallel (TP on mesh axis 1, tokens split on axis 0)");
+  auto add = opts.add_options();
+  add("help,h", "print this help");
+  add("checkpoint", po::value<std::string>(&a.checkpoint),
+      "checkpoint directory: config.json + *.safetensors (MXFP4 expert weights allowed)");
+  add("tokens", po::value<std::string>(), "comma-separated token ids, e.g. 1,2,3");
+  add("out", po::value<std::string>(&a.out), "output .npy of the logits (written by rank 0)");
+  add("layers", po::value<std::int64_t>(&a.layers)->default_value(-1),
+      "run only the first N blocks (-1: all)");
+  add("mesh", po::value<std::string>(&a.mesh),
+      "mesh RxC (R*C = number of ranks); default 1xN over all ranks");
+  add("make-tiny-checkpoint", po::value<std::string>(&a.make_tiny),
+      "write a tiny random checkpoint (GptOssConfig::tiny_tp, f32, MXFP4 experts) to this "
+      "directory and exit (rank 0), to try the command");
+  add("dtype", po::value<std::string>()->default_value("bf16"),
+      "bf16: bf16 weights and activations, f32 inside norms, RoPE and softmax (as the reference);"
+      " f32: weights upcast, every activation f32");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    if (rank == 0) {
+      std::cout << opts
+                << "\nExample: ./launch/meshtest run -np 4 build/bin/meshtest-run gpt-oss "
+                   "--checkpoint DIR --tokens 1,2,3 --out logits.npy --mesh 2x2\n"
+                   "Exit status: 0 ok, 2 bad input (clear message), 3 a failure while running.\n";
+    }
+    return false;
+  }
+  if (!a.make_tiny.empty()) return true;
+  for (const char* required : {"checkpoint", "tokens", "out"}) {
+    MESHTEST_CHECK(vm.count(required), "--{} is required (see --help)", required);
+  }
+  a.tokens = parse_tokens(vm["tokens"].as<std::string>());
+  const std::string dtype = vm["dtype"].as<std::string>();
+  MESHTEST_CHECK(dtype == "bf16" || dtype == "f32", "--dtype is '{}', expected bf16 or f32", dtype);
+  a.dtype = dtype == "bf16" ? DType::bf16 : DType::f32;
+  return true;
+}
+
+int run(int argc, char** argv, const dist::Environment& env, bool& communicating) {
+  Args a;
+  if (!parse(argc, argv, env.rank(), a)) return 0;
+  if (!a.make_tiny.empty()) {
+    if (env.rank() == 0) {
+      const GptOssConfig c = GptOssConfig::tiny_tp();
+      write_checkpoint(a.make_tiny, c, init_transformer_weights(c, DType::f32, RandomInit{0}));
+      fmt::print("{}: wrote a tiny random checkpoint (vocab {}, {} layers) to {}\n", kName,
+                 c.vocab_size, c.num_hidden_layers, a.make_tiny);
+    }
+    return 0;
+  }
+  const std::vector<int> shape =
+      a.mesh.empty() ? std::vector<int>{1, env.size()} : parse_mesh(a.mesh);
+  MESHTEST_CHECK(shape[0] * shape[1] == env.size(),
+                 "--mesh {} has {} devices but {} ranks are running (use -np {} or another mesh)",
+                 a.mesh, shape[0] * shape[1], env.size(), shape[0] * shape[1]);
+  const GptOssConfig c = read_config(a.checkpoint);
+  MESHTEST_CHECK(a.layers >= -1 && a.layers <= c.num_hidden_layers,
+                 "--layers is {}, expected -1 (all) or 0 .. {} (num_hidden_layers)", a.layers,
+                 c.num_hidden_layers);
+  for (std::size_t i = 0; i < a.tokens.size(); ++i) {
+    MESHTEST_CHECK(a.tokens[i] >= 0 && a.tokens[i] < c.vocab_size,
+                   "--tokens: token {} at position {} is outside the vocabulary [0, {})",
+                   a.tokens[i], i, c.vocab_size);
+  }
+  const dist::MeshDevice mesh(shape);
+  const dist::TpOptions tp{.tp_axis = 1};
+  // The same files on every rank: a bad checkpoint fails alike everywhere, before any CCL.
+  const dist::TpTransformerWeights w =
+      dist::read_tp_checkpoint(a.checkpoint, c, a.dtype, dist::tp_rank(mesh, tp), a.layers);
+  communicating = true;
+  const double t0 = MPI_Wtime();
+  const Tensor local = dist::tp_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, tp);
+  const Tensor logits =
+      dist::gather_full(local, mesh, dist::tp_logits_placements(tp)).astype(DType::f32);
+  const double secs = MPI_Wtime() - t0;
+  if (env.rank() == 0) {
+    write_npy(a.out, logits);
+    fmt::print("{}: wrote logits {} to {} (mesh {}, dtype {}, {} of {} layers, {:.3f} s)\n", kName,
+               describe(logits), a.out, mesh.str(), dtype_name(a.dtype),
+               a.layers < 0 ? c.num_hidden_layers : a.layers, c.num_hidden_layers, secs);
+  }
+  return 0;
+}
+
+int gpt_oss_main(int argc, char** argv) {
+  dist::Environment env(argc, argv);
+  bool communicating = false;
+  try {
+    return run(argc, argv, env, communicating);
+  } catch (const std::exception& e) {
+    // Before the forward every rank checks the same input and fails alike: rank 0 reports.
+    if (!communicating) {
+      if (env.rank() == 0) fmt::print(stderr, "{}: error: {}\n", kName, e.what());
+      return 2;
+    }
+    fmt::print(stderr, "{}: [rank {}] error: {}\n", kName, env.rank(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return 3;
+  }
+}
+
+const RegisterSubcommand reg{
+    {"gpt-oss", "logits of a gpt-oss checkpoint for given tokens (single device or TP mesh)",
+     &gpt_oss_main}};
+
+}  // namespace
+}  // namespace meshtest::tools
