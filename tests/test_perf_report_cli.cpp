@@ -2,8 +2,6 @@
 // reports no-match and ambiguous; shapes and summary; every bad input exits 2 with a message.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "src/perf/plot.hpp"
 #include "src/perf/report.hpp"
 #include "tests/support/perf_records.hpp"
+#include "tests/support/run_command.hpp"
 
 namespace meshtest::perf {
 namespace {
@@ -21,21 +20,10 @@ using test_support::profiled_run;
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
+using CliRun = test_support::CommandResult;
 
 CliRun run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + MESHTEST_REPORT_BIN + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {};
-  CliRun r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return test_support::run_command(env + " " + MESHTEST_REPORT_BIN + " " + args);
 }
 
 const TensorInfo kX{.shape = {1, 32, 2880}, .dtype = DType::bf16, .memory = "Replicate"};

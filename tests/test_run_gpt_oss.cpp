@@ -3,11 +3,8 @@
 // single-device transformer on the same checkpoint; corrupted checkpoints and bad options give
 // exit 2 with a message naming the tensor, field or token.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +15,7 @@
 #include "src/core/npy.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/models/transformer.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/support/safetensors_edit.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -47,16 +45,9 @@ struct Outcome {
 Outcome run_cli(int np, const std::string& args) {
   const std::string launcher =
       np == 0 ? "" : fmt::format("mpirun --oversubscribe --allow-run-as-root -np {} ", np);
-  const std::string cmd =
-      fmt::format("{}{} gpt-oss {} 2>&1", launcher, run_binary().string(), args);
-  Outcome o;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr) o.output += buf.data();
-  const int status = ::pclose(p);
-  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
+  const test_support::CommandResult r = test_support::run_command(
+      fmt::format("{}{} gpt-oss {}", launcher, run_binary().string(), args));
+  return {.rc = r.status, .output = r.out};
 }
 
 class RunGptOss : public ::testing::Test {

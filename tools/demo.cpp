@@ -143,7 +143,9 @@ int demo(int argc, char** argv, int rank, int np) {
       "meshtest-demo: every CCL on every mesh axis vs a single-device run");
   auto add = opts.add_options();
   add("help,h", "print this help");
-  add("mesh", po::value<std::string>()->default_value("2x4"), "mesh RxC (or N); R*C = mpirun -np");
+  add("mesh", po::value<std::string>(),
+      "mesh RxC (or N); R*C = mpirun -np. Default: 2 x np/2 for an even np >= 4 (2x4 at "
+      "np 8), else 1 x np");
   add("size", po::value<std::int64_t>()->default_value(4096),
       "elements per device: each input is [size/16 + 1, 16] (uneven splits)");
   add("dtypes", po::value<std::string>()->default_value("f32,bf16"),
@@ -157,7 +159,9 @@ int demo(int argc, char** argv, int rank, int np) {
     if (rank == 0) std::cout << opts << "\nRun as: mpirun -np 8 meshtest-demo --mesh 2x4\n";
     return 0;
   }
-  const std::string mesh_arg = vm["mesh"].as<std::string>();
+  const std::string mesh_arg = vm.count("mesh")         ? vm["mesh"].as<std::string>()
+                               : np % 2 == 0 && np >= 4 ? fmt::format("2x{}", np / 2)
+                                                        : fmt::format("1x{}", np);
   const std::vector<int> shape = parse_mesh(mesh_arg);
   const int devices = shape.size() == 1 ? shape[0] : shape[0] * shape[1];
   MESHTEST_CHECK(devices == np,
@@ -208,7 +212,6 @@ int demo(int argc, char** argv, int rank, int np) {
         rows.size(), rows.size() - static_cast<std::size_t>(failed), failed, MPI_Wtime() - t0);
   }
   failed += demo_gpt_oss(mesh);
-  demo_perf(mesh);
   return failed == 0 ? 0 : 1;
 }
 

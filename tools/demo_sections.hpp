@@ -7,13 +7,8 @@
 
 namespace meshtest::dist {
 
-/// A tiny gpt-oss decoder layer, TP on axis 1 and tokens on axis 0, against one device: PCC
-/// and the per-op perf table (tools/demo_gpt_oss.cpp).
+/// A tiny gpt-oss decoder layer, TP on axis 1 and tokens on axis 0, against one device: PCC,
+/// the aggregated per-op perf table, e2e time and reports/demo/ (tools/demo_gpt_oss.cpp).
 int demo_gpt_oss(const MeshDevice& mesh);
-
-/// Profiles a compute + CCL sequence on every device, prints the aggregated per-op table and
-/// writes reports/demo/ (tools/demo_perf.cpp). Collective; returns 0 (the figures are not
-/// checked against anything).
-int demo_perf(const MeshDevice& mesh);
 
 }  // namespace meshtest::dist
