@@ -229,6 +229,10 @@ MPI_Op Call::reduce_op(ReduceOp op, DType t) const {
   if (op == ReduceOp::avg && !is_floating(t)) {
     fail("reduce op avg is not supported for dtype {} (avg is defined for f32, f64 and bf16)", t);
   }
+  return mpi_op(op, t);
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
   const int i = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
   if (t == DType::bf16) return bf16_registry().ops[static_cast<std::size_t>(i)];
   return i == 1 ? MPI_MAX : i == 2 ? MPI_MIN : MPI_SUM;

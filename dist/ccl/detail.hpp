@@ -125,6 +125,9 @@ class Call {
 /// MPI_INT64_T, u8 MPI_UINT8_T, bf16 a committed 2-byte contiguous type.
 MPI_Datatype mpi_type(DType t);
 
+/// The MPI op of `op` on `t` (avg maps to the sum; finish_avg divides). t must not be u8.
+MPI_Op mpi_op(ReduceOp op, DType t);
+
 /// After a sum: divides by p when op is avg (bf16 divides in f32 and rounds); else nothing.
 void finish_avg(Tensor& out, ReduceOp op, int p);
 
