@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <malloc.h>
 #include <algorithm>
 #include <climits>
+
+#include <cstdlib>
 #include <cstring>
 
 namespace meshtest::dist {
@@ -109,6 +112,7 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       perf_(op, perf::OpType::ccl),
       scope_(std::string(op), fmt::format("{} {} axis {}", describe(x), detail, axis_name(axis))) {
   perf_.input(x).attr("axis", axis_name(axis));
+  tune_malloc_once();
 }
 
 int Call::dim(std::string_view name, int d) {
@@ -132,6 +136,47 @@ void Call::fail_message(const std::string& message) const {
 }
 
 void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
+  // The signature every device must share (the free dim's size included: uneven pieces take
+  // the full path, which learns every size).
+  perf::Signature sig(op_);
+  sig.add("axis", axis_).add("p", size_);
+  for (const AgreedOption& o : options) sig.add(o.name, o.value);
+  if (a.tensors) sig.add("x", x_.shape(), x_.dtype());
+  if (a.tensors) {
+    const std::uint64_t h = sig.hash();
+    std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
+                                  error_ ? 1 : 0};
+    MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
+    // max(h) == ~max(~h) == min(h): every hash is equal.
+    uniform_ = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
+  }
+  if (uniform_) {
+    Meta m;
+    m.rank = x_.rank();
+    for (int i = 0; i < x_.rank(); ++i) m.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
+    m.dtype = static_cast<std::int32_t>(x_.dtype());
+    group_.assign(static_cast<std::size_t>(size_), m);
+    for (int i = 0; i < size_; ++i) group_[static_cast<std::size_t>(i)].device = device_of(i);
+    plan_key_ = std::move(sig.add("index", index_));
+    return;
+  }
+  full_agree(options, a);
+  for (const Meta& m : group_) sig.add("device", m.shape(), m.dtype_value());
+  plan_key_ = std::move(sig.add("index", index_));
+}
+
+int Call::device_of(int index) const {
+  const auto [r, c] = mesh_.coord();
+  if (axis_ == 0) return mesh_.device_at(index, c);
+  if (axis_ == 1) return mesh_.device_at(r, index);
+  return index;
+}
+
+void Call::trace(const Tensor& out, std::function<void()> run) const {
+  if (perf::Trace* t = perf::Trace::active()) t->add_step(op_, x_, out, std::move(run));
+}
+
+void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreement& a) {
   Meta mine;
   mine.rank = x_.rank();
   for (int i = 0; i < x_.rank(); ++i) mine.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
@@ -257,21 +302,25 @@ MPI_Datatype mpi_type(DType t) {
 }
 
 void finish_avg(Tensor& out, ReduceOp op, int p) {
-  if (op != ReduceOp::avg || out.empty()) return;
-  switch (out.dtype()) {
+  finish_avg(out.bytes(), out.numel(), out.dtype(), op, p);
+}
+
+void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p) {
+  if (op != ReduceOp::avg || n == 0) return;
+  switch (t) {
     case DType::f32:
-      out.vector<float>().array() /= static_cast<float>(p);
+      Eigen::Map<Eigen::ArrayXf>(reinterpret_cast<float*>(data), n) /= static_cast<float>(p);
       return;
     case DType::f64:
-      out.vector<double>().array() /= static_cast<double>(p);
+      Eigen::Map<Eigen::ArrayXd>(reinterpret_cast<double*>(data), n) /= static_cast<double>(p);
       return;
     case DType::bf16: {
-      auto v = out.vector<bf16>().array();
+      Eigen::Map<Eigen::Array<bf16, Eigen::Dynamic, 1>> v(reinterpret_cast<bf16*>(data), n);
       v = (v.cast<float>() / static_cast<float>(p)).cast<bf16>();
       return;
     }
     default:
-      dist::fail("finish_avg: dtype {} is not floating", out.dtype());
+      dist::fail("finish_avg: dtype {} is not floating", t);
   }
 }
 
@@ -285,10 +334,14 @@ std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std
   return out;
 }
 
+BlockLayout::BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sz)
+    : view(dim_view(s, t, d)), sizes(std::move(sz)) {}
+
 namespace {
 // Moves blocks between [outer, n, inner] (`strided`) and blocks laid end to end (`packed`).
+template <bool kToPacked>
 void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
-                 std::span<const std::int64_t> sizes, bool to_packed) {
+                 std::span<const std::int64_t> sizes) {
   std::int64_t n = 0;
   for (std::int64_t s : sizes) n += s;
   const std::size_t row = static_cast<std::size_t>(n) * v.inner_bytes;
@@ -297,7 +350,7 @@ void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
     const std::size_t run = static_cast<std::size_t>(s) * v.inner_bytes;
     for (std::int64_t o = 0; run > 0 && o < v.outer; ++o) {
       std::byte* at = strided + static_cast<std::size_t>(o) * row + start;
-      to_packed ? std::memcpy(packed, at, run) : std::memcpy(at, packed, run);
+      kToPacked ? std::memcpy(packed, at, run) : std::memcpy(at, packed, run);
       packed += run;
     }
     start += run;
@@ -305,30 +358,24 @@ void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
 }
 }  // namespace
 
-SendBlocks::SendBlocks(const Tensor& x, int d, std::span<const std::int64_t> sizes) {
-  const DimView v = dim_view(x.shape(), x.dtype(), d);
-  if (v.outer == 1) {
-    data_ = x.bytes();
-    return;
-  }
-  packed_.resize(x.nbytes());
+void BlockLayout::pack(const std::byte* tensor, std::byte* packed) const {
   // copy_blocks only reads the strided side when packing.
-  copy_blocks(packed_.data(), const_cast<std::byte*>(x.bytes()), v, sizes, true);
-  data_ = packed_.data();
+  copy_blocks<true>(packed, const_cast<std::byte*>(tensor), view, sizes);
 }
 
-RecvBlocks::RecvBlocks(Tensor& out, int d, std::span<const std::int64_t> sizes)
-    : out_(out), view_(dim_view(out.shape(), out.dtype(), d)), sizes_(sizes.begin(), sizes.end()) {
-  if (view_.outer == 1) {
-    data_ = out.bytes();
-  } else {
-    packed_.resize(out.nbytes());
-    data_ = packed_.data();
-  }
+void BlockLayout::unpack(const std::byte* packed, std::byte* tensor) const {
+  copy_blocks<false>(const_cast<std::byte*>(packed), tensor, view, sizes);
 }
 
-void RecvBlocks::finish() {
-  if (view_.outer != 1) copy_blocks(packed_.data(), out_.bytes(), view_, sizes_, false);
+void tune_malloc_once() {
+  static const bool done = [] {
+    const char* env = std::getenv("MESHTEST_MALLOC_TUNING");
+    if (env != nullptr && std::string_view(env) == "0") return false;
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)done;
 }
 
 }  // namespace detail
