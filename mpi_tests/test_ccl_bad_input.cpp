@@ -279,7 +279,7 @@ TEST(CclBadInput, BroadcastRootOutOfRange) {
 TEST(CclBadInput, CountBeyondIntThrows) {
   const MeshDevice& mesh = mesh_of(1, world_size());
   const Tensor x = iota(kShape, DType::f32);
-  detail::Call call("test_op", mesh, kAllAxes, x, "count check");  // local checks only
+  detail::Call call("test_op", mesh, kAllAxes, x, {});  // local checks only
   EXPECT_EQ(call.count(INT_MAX, "a buffer"), INT_MAX);
   try {
     call.count(std::int64_t{INT_MAX} + 1, "a buffer");

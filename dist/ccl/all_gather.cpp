@@ -26,7 +26,7 @@ struct Plan : perf::Plan {
 }  // namespace
 
 Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOptions& opt) {
-  detail::Call call("all_gather", mesh, opt.axis, x, fmt::format("dim {}", opt.dim));
+  detail::Call call("all_gather", mesh, opt.axis, x, {{"dim", opt.dim}});
   const int d = call.dim("dim", opt.dim);
   call.agree({{"dim", opt.dim}}, {.free_dim = d});
   const auto plan = call.plan<Plan>([&] {

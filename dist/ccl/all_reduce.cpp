@@ -16,7 +16,7 @@ namespace {
 // Reduces x into out; x and out are the same tensor for the in-place form.
 void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOptions& opt,
          std::string_view name) {
-  detail::Call call(name, mesh, opt.axis, x, fmt::format("op {}", reduce_op_name(opt.op)));
+  detail::Call call(name, mesh, opt.axis, x, {{.key = "op", .text = reduce_op_name(opt.op)}});
   call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
   const MPI_Op op = call.reduce_op(opt.op, x.dtype());
   call.perf().attr("op", reduce_op_name(opt.op)).output(out);

@@ -85,14 +85,11 @@ Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan>
   return out;
 }
 
-std::string detail_of(const AllToAllOptions& opt) {
-  return fmt::format("split_dim {} concat_dim {}", opt.split_dim, opt.concat_dim);
-}
-
 }  // namespace
 
 Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions& opt) {
-  detail::Call call("all_to_all", mesh, opt.axis, x, detail_of(opt));
+  detail::Call call("all_to_all", mesh, opt.axis, x,
+                    {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   // Pieces are concatenated along c: unless c == s they must also agree in size along s.
@@ -117,7 +114,8 @@ Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions
 
 Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
                     std::span<const std::int64_t> send_counts, const AllToAllOptions& opt) {
-  detail::Call call("all_to_all_v", mesh, opt.axis, x, detail_of(opt));
+  detail::Call call("all_to_all_v", mesh, opt.axis, x,
+                    {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   const auto p = static_cast<std::size_t>(call.size());

@@ -100,8 +100,17 @@ std::string show_reduce_op(std::int64_t op) {
   return std::string(reduce_op_name(static_cast<ReduceOp>(op)));
 }
 
+// The log fields: the op's own, then the axis.
+std::array<LogField, 4> log_fields(std::initializer_list<LogField> detail, int axis) {
+  std::array<LogField, 4> out{};
+  std::size_t n = std::min<std::size_t>(detail.size(), 3);
+  std::copy_n(detail.begin(), n, out.begin());
+  out[n] = {.key = "axis", .value = axis, .text = axis == kAllAxes ? "all" : ""};
+  return out;
+}
+
 Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
-           std::string_view detail)
+           std::initializer_list<LogField> detail)
     : op_(op),
       mesh_(mesh),
       axis_(axis),
@@ -110,7 +119,9 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       size_(mesh.axis_size(axis)),
       index_(mesh.axis_index(axis)),
       perf_(op, perf::OpType::ccl),
-      scope_(std::string(op), fmt::format("{} {} axis {}", describe(x), detail, axis_name(axis))) {
+      log_(log_fields(detail, axis)),
+      scope_(op, x.shape(), x.dtype(),
+             std::span(log_.data(), std::min<std::size_t>(detail.size(), 3) + 1)) {
   perf_.input(x).attr("axis", axis_name(axis));
   tune_malloc_once();
 }
@@ -170,10 +181,6 @@ int Call::device_of(int index) const {
   if (axis_ == 0) return mesh_.device_at(index, c);
   if (axis_ == 1) return mesh_.device_at(r, index);
   return index;
-}
-
-void Call::trace(const Tensor& out, std::function<void()> run) const {
-  if (perf::Trace* t = perf::Trace::active()) t->add_step(op_, x_, out, std::move(run));
 }
 
 void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreement& a) {

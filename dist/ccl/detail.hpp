@@ -69,8 +69,9 @@ struct Meta {
 /// all_gather pieces, the per-device sizes).
 class Call {
  public:
+  /// `op` and the fields' keys and texts must be string literals (see LogField).
   Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
-       std::string_view detail);
+       std::initializer_list<LogField> detail);
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -105,7 +106,10 @@ class Call {
   }
   /// While a perf::Trace is being captured: records `run` (which redoes this call's data
   /// exchange from x's buffer into out's) as a step. Otherwise nothing.
-  void trace(const Tensor& out, std::function<void()> run) const;
+  template <class Run>
+  void trace(const Tensor& out, const Run& run) const {
+    if (perf::Trace* t = perf::Trace::active()) t->add_step(op_, x_, out, run);
+  }
 
   /// Throws meshtest::Error "[rank r] <op> on axis <a> of mesh <RxC>: <message>".
   template <class... Args>
@@ -141,6 +145,7 @@ class Call {
   int size_ = 1;
   int index_ = 0;
   perf::OpScope perf_;
+  std::array<LogField, 4> log_{};
   CclLogScope scope_;
   std::optional<std::string> error_;
   std::vector<Meta> group_;

@@ -32,7 +32,7 @@ struct Plan : perf::Plan {
 
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x, const ReduceScatterOptions& opt) {
   detail::Call call("reduce_scatter", mesh, opt.axis, x,
-                    fmt::format("dim {} op {}", opt.dim, reduce_op_name(opt.op)));
+                    {{"dim", opt.dim}, {.key = "op", .text = reduce_op_name(opt.op)}});
   const int d = call.dim("dim", opt.dim);
   call.agree(
       {{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});

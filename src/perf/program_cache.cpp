@@ -1,19 +1,41 @@
 // Program cache: signatures, the plan map and its counters.
 #include "src/perf/program_cache.hpp"
 
-#include <fmt/format.h>
+#include <array>
+#include <charconv>
 
 namespace meshtest::perf {
 
-Signature::Signature(std::string_view op) : key_(op) {}
+Signature::Signature(std::string_view op) : key_(op) { key_.reserve(96); }
+
+namespace {
+// Appends the decimal digits of v (std::to_chars: no locale, no allocation).
+void append(std::string& out, std::int64_t v) {
+  std::array<char, 24> buf{};
+  const auto end = std::to_chars(buf.data(), buf.data() + buf.size(), v).ptr;
+  out.append(buf.data(), end);
+}
+}  // namespace
 
 Signature& Signature::add(std::string_view key, std::int64_t value) {
-  fmt::format_to(std::back_inserter(key_), ";{}={}", key, value);
+  key_ += ';';
+  key_ += key;
+  key_ += '=';
+  append(key_, value);
   return *this;
 }
 
 Signature& Signature::add(std::string_view key, const Shape& shape, DType dtype) {
-  fmt::format_to(std::back_inserter(key_), ";{}={}{}", key, dtype_name(dtype), shape.str());
+  key_ += ';';
+  key_ += key;
+  key_ += '=';
+  key_ += dtype_name(dtype);
+  key_ += '[';
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (d > 0) key_ += ", ";
+    append(key_, shape[d]);
+  }
+  key_ += ']';
   return *this;
 }
 

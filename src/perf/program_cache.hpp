@@ -23,7 +23,7 @@ struct Plan {
 /// plan, as text (the cache key) and its 64-bit FNV-1a hash (cheap to compare across devices).
 class Signature {
  public:
-  explicit Signature(std::string_view op);
+  explicit Signature(std::string_view op);  ///< reserves room for a typical key
   Signature& add(std::string_view key, std::int64_t value);
   Signature& add(std::string_view key, const Shape& shape, DType dtype);
   const std::string& key() const { return key_; }
