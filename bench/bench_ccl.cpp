@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/alpha_beta.hpp"
+#include "bench/bench_common.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
 #include "dist/mesh/environment.hpp"
@@ -234,18 +234,6 @@ void run_mpi(MPI_Comm comm, Op op, const Tensor& x, Tensor& out, const Options& 
   }
 }
 
-/// Seconds per call of f(): `iters` calls back to back after a barrier, the slowest rank's
-/// average (nccl-tests' timing).
-template <class F>
-double time_per_call(MPI_Comm comm, int iters, F&& f) {
-  MESHTEST_MPI(MPI_Barrier(comm));
-  const double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; ++i) f();
-  double t = (MPI_Wtime() - t0) / iters, slowest = 0;
-  MESHTEST_MPI(MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return slowest;
-}
-
 Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o) {
   const int p = mesh.size(), me = mesh.device_id();
   const auto e = static_cast<std::int64_t>(dtype_size(o.dtype));
@@ -363,7 +351,7 @@ nlohmann::json to_json(const Row& r, const Options& o, int p) {
 // ------------------------------------------------------------------------------ main
 
 /// Parses argv into o; returns 0 to go on, 1 after --help, 2 on bad input (message printed).
-int parse(int argc, char** argv, Options& o, bool print) {
+int parse(int argc, char** argv, Options& o) {
   std::string b = "64K", e = "32M", d = "float", redop = "sum", ops = "all";
   po::options_description desc(
       "meshtest-bench ccl: the nccl-tests table (size count type time algbw busbw #wrong) of "
@@ -389,14 +377,7 @@ int parse(int argc, char** argv, Options& o, bool print) {
       "rounds", po::value(&o.rounds)->default_value(3),
       "alternating timed rounds of meshtest and MPI; each keeps its best")(
       "json", po::value(&o.json), "write the rows to this JSON file (rank 0)");
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    po::notify(vm);
-    if (vm.count("help") != 0) {
-      if (print) std::cout << desc << "\n";
-      return 1;
-    }
+  return parse_options("ccl", argc, argv, desc, [&] {
     o.min_bytes = parse_bytes(b, "-b");
     o.max_bytes = parse_bytes(e, "-e");
     o.dtype = parse_dtype(d);
@@ -413,20 +394,13 @@ int parse(int argc, char** argv, Options& o, bool print) {
     MESHTEST_CHECK(o.rows > 0, "--rows must be positive (got {})", o.rows);
     MESHTEST_CHECK(o.redop != ReduceOp::avg || is_floating(o.dtype),
                    "-o avg needs a floating dtype (got {})", o.dtype);
-  } catch (const std::exception& ex) {
-    if (print)
-      fmt::print(stderr, "meshtest-bench ccl: {}\nTry 'meshtest-bench ccl --help'.\n", ex.what());
-    return 2;
-  }
-  return 0;
+  });
 }
 
 int bench_ccl(int argc, char** argv) {
   Options o;
   // Before MPI: --help and bad options need no communication (every rank parses alike).
-  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
-  const bool first = rank_env == nullptr || std::string_view(rank_env) == "0";
-  if (const int rc = parse(argc, argv, o, first); rc != 0) return rc == 1 ? 0 : rc;
+  if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
   dist::Environment env(argc, argv);
   const MeshDevice mesh = MeshDevice::line();
   const int p = mesh.size();
