@@ -2,6 +2,7 @@
 #include "dist/ccl/all_to_all.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <numeric>
 #include <tuple>
 
@@ -25,6 +26,11 @@ struct Plan : perf::Plan {
   bool even = false;                // every block the same size: MPI_Alltoall
   detail::BlockLayout send, recv;   // blocks along split_dim of x, along concat_dim of out
   std::vector<std::byte> send_ws, recv_ws;
+  // Even blocks: each side in place through a derived datatype (or contiguous bytes when the
+  // layout is direct) — no pack or unpack pass.
+  detail::OwnedType send_type, recv_type;
+  int block_bytes = 0;
+  bool in_place = false;
 };
 
 // m[i * p + j]: size along s of the block device i sends to device j (every device holds the
@@ -56,6 +62,16 @@ std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s
   const std::size_t e = dtype_size(x.dtype());
   pl->send = detail::BlockLayout(x.shape(), x.dtype(), s, std::move(send));
   pl->recv = detail::BlockLayout(pl->out_shape, x.dtype(), c, std::move(placed));
+  const std::int64_t block_bytes =
+      x.shape().numel() / std::max<std::int64_t>(1, call.size()) * static_cast<std::int64_t>(e);
+  if (pl->even && block_bytes > 0 && block_bytes <= INT_MAX) {
+    pl->send_type = detail::OwnedType::blocks(pl->send);
+    pl->recv_type = detail::OwnedType::blocks(pl->recv);
+    pl->block_bytes = static_cast<int>(block_bytes);
+    pl->in_place = (pl->send.direct() || pl->send_type.get() != MPI_DATATYPE_NULL) &&
+                   (pl->recv.direct() || pl->recv_type.get() != MPI_DATATYPE_NULL);
+  }
+  if (pl->in_place) return pl;
   if (!pl->send.direct()) pl->send_ws.resize(static_cast<std::size_t>(x.numel()) * e);
   if (!pl->recv.direct()) pl->recv_ws.resize(static_cast<std::size_t>(pl->out_shape.numel()) * e);
   return pl;
@@ -66,6 +82,13 @@ Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan>
   Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
   auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(),
               t = detail::mpi_type(x.dtype()), comm = call.comm()] {
+    if (pl->in_place) {
+      const bool sd = pl->send.direct(), rd = pl->recv.direct();
+      MESHTEST_MPI(MPI_Alltoall(in, sd ? pl->block_bytes : 1, sd ? MPI_BYTE : pl->send_type.get(),
+                                o, rd ? pl->block_bytes : 1, rd ? MPI_BYTE : pl->recv_type.get(),
+                                comm));
+      return;
+    }
     const std::byte* sb = in;
     if (!pl->send.direct()) {
       pl->send.pack(in, pl->send_ws.data());

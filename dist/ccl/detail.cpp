@@ -374,6 +374,28 @@ void BlockLayout::unpack(const std::byte* packed, std::byte* tensor) const {
   copy_blocks<false>(const_cast<std::byte*>(packed), tensor, view, sizes);
 }
 
+OwnedType OwnedType::blocks(const BlockLayout& l) {
+  OwnedType t;
+  if (l.direct() || l.sizes.empty()) return t;
+  if (!std::ranges::all_of(l.sizes, [&](std::int64_t s) { return s == l.sizes[0]; })) return t;
+  const std::size_t run = static_cast<std::size_t>(l.sizes[0]) * l.view.inner_bytes;
+  const std::size_t row = run * l.sizes.size();
+  if (run == 0 || row > INT_MAX || l.view.outer > INT_MAX) return t;
+  MPI_Datatype v = MPI_DATATYPE_NULL;
+  MESHTEST_MPI(MPI_Type_vector(static_cast<int>(l.view.outer), static_cast<int>(run),
+                               static_cast<int>(row), MPI_BYTE, &v));
+  MESHTEST_MPI(MPI_Type_create_resized(v, 0, static_cast<MPI_Aint>(run), &t.type_));
+  MPI_Type_free(&v);
+  MESHTEST_MPI(MPI_Type_commit(&t.type_));
+  return t;
+}
+
+OwnedType::~OwnedType() {
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (type_ != MPI_DATATYPE_NULL && finalized == 0) MPI_Type_free(&type_);
+}
+
 void tune_malloc_once() {
   static const bool done = [] {
     const char* env = std::getenv("MESHTEST_MALLOC_TUNING");

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dist/ccl/ccl_log.hpp"
@@ -191,6 +192,27 @@ struct BlockLayout {
 
   DimView view;
   std::vector<std::int64_t> sizes;
+};
+
+/// A committed MPI datatype, freed on destruction (unless MPI is finalized by then).
+class OwnedType {
+ public:
+  OwnedType() = default;
+  /// One block of a BlockLayout whose blocks all have the same size, in place in the strided
+  /// tensor: outer runs of (block * inner) bytes, a row apart, with the extent of one run, so
+  /// item j of a collective's buffer is block j. MPI_DATATYPE_NULL (use the pack path) when
+  /// the layout is direct, the blocks differ, or a byte count exceeds INT_MAX.
+  static OwnedType blocks(const BlockLayout& l);
+  ~OwnedType();
+  OwnedType(OwnedType&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
+  OwnedType& operator=(OwnedType&& o) noexcept {
+    std::swap(type_, o.type_);
+    return *this;
+  }
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
 
 /// Keeps freed large buffers in the process heap (glibc: M_MMAP_MAX 0, M_TRIM_THRESHOLD
