@@ -248,12 +248,17 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
   auto ours = [&] { (void)run_meshtest(mesh, op, x, o); };
   auto theirs = [&] { run_mpi(mesh.comm(), op, x, mpi_out, o, p); };
   for (int i = 0; i < o.warmup; ++i) ours(), theirs();
-  // Alternate rounds of both and keep each one's best round: noise from other processes on
-  // the machine then hits both alike.
+  // Alternate short windows of both and keep each one's best window: noise from other
+  // processes on the machine then hits both alike. A window is at most kWindow seconds (at
+  // least one call); the calls in all windows add up to rounds * iters for each side.
+  constexpr double kWindow = 2e-3;
+  const double est = time_per_call(mesh.comm(), 1, theirs);
+  const int per = std::clamp(static_cast<int>(kWindow / std::max(est, 1e-9)), 1, o.iters);
+  const int windows = (o.rounds * o.iters + per - 1) / per;
   double t = 1e30, t_mpi = 1e30;
-  for (int r = 0; r < o.rounds; ++r) {
-    t = std::min(t, time_per_call(mesh.comm(), o.iters, ours));
-    t_mpi = std::min(t_mpi, time_per_call(mesh.comm(), o.iters, theirs));
+  for (int w = 0; w < windows; ++w) {
+    t = std::min(t, time_per_call(mesh.comm(), per, ours));
+    t_mpi = std::min(t_mpi, time_per_call(mesh.comm(), per, theirs));
   }
   Row row{.op = op, .bytes = n * e, .count = op == Op::all_reduce ? n : n / p};
   if (o.check) {
@@ -282,12 +287,13 @@ std::string human(double bytes) {
 
 void print_header(const Options& o, Op op, int p) {
   fmt::print(
-      "#\n# {} vs {} — np {}, dim {}, redop {}, {} iters after {} warm-up, best of {} rounds\n"
+      "#\n# {} vs {} — np {}, dim {}, redop {}, {} warm-up, then {} x {} calls each in "
+      "alternating windows of <= 2 ms; time = best window's average (max over ranks)\n"
       "# ratio = meshtest busbw / MPI busbw = MPI time / meshtest time (1.00 = as fast as MPI)\n"
       "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n"
       "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n",
-      info(op).name, info(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop), o.iters, o.warmup,
-      o.rounds, "size", "count", "type", "time", "algbw", "busbw", "#wrong", "mpi time", "mpi bus",
+      info(op).name, info(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop), o.warmup, o.rounds,
+      o.iters, "size", "count", "type", "time", "algbw", "busbw", "#wrong", "mpi time", "mpi bus",
       "ratio", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "");
 }
 
@@ -375,7 +381,8 @@ int parse(int argc, char** argv, Options& o) {
       "dim) against the direct MPI call on the same bytes")(
       "rows", po::value(&o.rows)->default_value(64), "rows of the 2-D tensors of --dim 1")(
       "rounds", po::value(&o.rounds)->default_value(3),
-      "alternating timed rounds of meshtest and MPI; each keeps its best")(
+      "rounds of -n calls per side, timed in alternating windows of at most 2 ms (at least "
+      "one call) of meshtest and MPI; each side keeps its best window")(
       "json", po::value(&o.json), "write the rows to this JSON file (rank 0)");
   return parse_options("ccl", argc, argv, desc, [&] {
     o.min_bytes = parse_bytes(b, "-b");
