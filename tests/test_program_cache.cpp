@@ -73,6 +73,19 @@ TEST(ProgramCache, SwitchedOffBuildsEveryTime) {
   EXPECT_EQ(cache.hits(), 1);
 }
 
+TEST(ProgramCache, CapacityBoundsTheCache) {
+  ProgramCache cache;
+  cache.set_capacity(2);
+  Builder build;
+  for (int n = 0; n < 5; ++n) cache.get<CountPlan>(Signature("op").add("n", n), build);
+  EXPECT_LE(cache.size(), 2u);
+  EXPECT_EQ(cache.misses(), 5);
+  // The most recent plan was kept: a hit.
+  EXPECT_EQ(cache.get<CountPlan>(Signature("op").add("n", 4), build)->id, 5);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_THROW(cache.set_capacity(0), Error);
+}
+
 TEST(ProgramCache, ScopedSwitchRestores) {
   ASSERT_TRUE(program_cache().enabled());
   {

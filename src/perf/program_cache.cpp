@@ -58,6 +58,12 @@ void ProgramCache::clear() {
   hits_ = misses_ = 0;
 }
 
+void ProgramCache::set_capacity(std::size_t n) {
+  MESHTEST_CHECK(n > 0, "ProgramCache::set_capacity: capacity must be >= 1, got 0");
+  capacity_ = n;
+  if (plans_.size() > n) plans_.clear();
+}
+
 ProgramCache& program_cache() {
   static ProgramCache cache;
   return cache;

@@ -44,6 +44,11 @@ class ProgramCache {
   std::size_t size() const { return plans_.size(); }
   /// Drops every plan and zeroes the counters.
   void clear();
+  /// At most this many plans are kept (default 256): inserting into a full cache drops every
+  /// plan first, so shapes that change on every call (uneven pieces) cannot grow it without
+  /// bound. Plans in use stay alive through their shared_ptr.
+  void set_capacity(std::size_t n);
+  std::size_t capacity() const { return capacity_; }
 
   /// The plan of `sig`: the cached one (a hit) or `build()`'s, kept when enabled (a miss).
   template <class P, class Build>
@@ -56,13 +61,17 @@ class ProgramCache {
     }
     ++misses_;
     std::shared_ptr<P> plan = build();
-    if (enabled_) plans_.emplace(sig.key(), plan);
+    if (enabled_) {
+      if (plans_.size() >= capacity_) plans_.clear();
+      plans_.emplace(sig.key(), plan);
+    }
     return plan;
   }
 
  private:
   bool enabled_ = true;
   std::int64_t hits_ = 0, misses_ = 0;
+  std::size_t capacity_ = 256;
   std::unordered_map<std::string, std::shared_ptr<Plan>> plans_;
 };
 

@@ -23,7 +23,8 @@ namespace meshtest::perf {
 /// Ops that support tracing (meshtest's CCLs) add a step while a capture is active; every
 /// step's output must be kept, and every step's input must be a trace input or a kept output.
 /// Replay skips the ops' validation: it is collective like the captured ops, and every device
-/// of the group must replay the same trace.
+/// of the group must replay the same trace. The mesh the ops ran on must outlive the trace
+/// (steps keep its communicators).
 class Trace {
  public:
   Trace() = default;
