@@ -124,13 +124,16 @@ Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions
                              s, c, c, s)};
   }
   call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, a);
-  const int p = call.size();
-  std::vector<std::int64_t> m;
-  for (const detail::Meta& g : call.group()) {
-    for (int j = 0; j < p; ++j)
-      m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
-  }
-  Tensor out = exchange(call, x, call.plan<Plan>([&] { return make_plan(call, x, s, c, m); }));
+  Tensor out = exchange(call, x, call.plan<Plan>([&] {
+    // Device i sends split_range(n_i, p, j) along s to device j.
+    const int p = call.size();
+    std::vector<std::int64_t> m;
+    for (const detail::Meta& g : call.group()) {
+      for (int j = 0; j < p; ++j)
+        m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
+    }
+    return make_plan(call, x, s, c, m);
+  }));
   call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
   return out;
 }

@@ -88,7 +88,8 @@ class Call {
   void local_error(fmt::format_string<Args...> f, Args&&... args) {
     record(fmt::format(f, std::forward<Args>(args)...));
   }
-  /// Collective: gathers every device's metadata and checks, identically on every device, the
+  /// Collective: agrees on the signature (see the class comment); when it differs, gathers
+  /// every device's metadata and checks, identically on every device, the
   /// recorded local errors, then the agreed options, then dtype and shape (unless
   /// !a.tensors). Throws the same meshtest::Error on every device of the group.
   void agree(std::initializer_list<AgreedOption> options, Agreement a = {});
