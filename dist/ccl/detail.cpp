@@ -153,7 +153,9 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
   sig.add("axis", axis_).add("p", size_);
   for (const AgreedOption& o : options) sig.add(o.name, o.value);
   if (a.tensors) sig.add("x", x_.shape(), x_.dtype());
-  if (a.tensors) {
+  if (a.tensors && size_ == 1) {
+    uniform_ = !error_;  // no other device to agree with
+  } else if (a.tensors) {
     const std::uint64_t h = sig.hash();
     std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
                                   error_ ? 1 : 0};
