@@ -76,3 +76,23 @@ TEST(Shape, OverflowingElementCountThrows) {
 }
 }  // namespace
 }  // namespace meshtest
+
+namespace meshtest {
+namespace {
+
+TEST(Tensor, ZeroFilledEvenOverReusedMemory) {
+  // Freed memory is handed out again by malloc: the plain constructor must still zero it,
+  // while Uninitialized gives the shape and size without a fill.
+  for (int round = 0; round < 3; ++round) {
+    {
+      Tensor dirty(Shape{1024}, DType::f32, Tensor::Uninitialized{});
+      EXPECT_EQ(dirty.nbytes(), 4096u);
+      dirty.fill(7);
+    }
+    const Tensor t(Shape{1024}, DType::f32);
+    EXPECT_TRUE(t.vector<float>().isZero(0)) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace meshtest

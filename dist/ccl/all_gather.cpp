@@ -1,7 +1,11 @@
-// all_gather: MPI_Allgatherv of each device's piece, placed along `dim` in axis order.
+// all_gather: MPI_Allgather(v) of each device's piece, placed along `dim` in axis order (in
+// place by a derived datatype when the pieces are even).
 #include "dist/ccl/all_gather.hpp"
 
 #include "dist/ccl/detail.hpp"
+
+#include <climits>
+#include <tuple>
 
 namespace meshtest::dist {
 
@@ -12,29 +16,68 @@ double bus_factor(int n) {
 }
 }  // namespace all_gather_bw
 
+namespace {
+// What every call of one signature shares: the output shape, the MPI counts and the layout.
+struct Plan : perf::Plan {
+  Shape out_shape;
+  std::vector<int> counts, displs;
+  bool even = false;           // every piece has the same size: MPI_Allgather
+  detail::BlockLayout layout;  // pieces along d of the output
+  std::vector<std::byte> workspace;
+  detail::OwnedType piece;  // even pieces: one piece in place in the output (not direct)
+  int piece_bytes = 0;
+};
+}  // namespace
+
 Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOptions& opt) {
-  detail::Call call("all_gather", mesh, opt.axis, x, fmt::format("dim {}", opt.dim));
+  detail::Call call("all_gather", mesh, opt.axis, x, {{"dim", opt.dim}});
   const int d = call.dim("dim", opt.dim);
   call.agree({{"dim", opt.dim}}, {.free_dim = d});
-
-  // Device i contributes n_i along d (any sizes, e.g. array_split shards).
-  std::vector<std::int64_t> sizes;
-  std::int64_t n = 0;
-  for (const detail::Meta& m : call.group()) {
-    sizes.push_back(m.dims[static_cast<std::size_t>(d)]);
-    n += sizes.back();
-  }
-  Tensor out(x.shape().with(d, n), x.dtype());
+  const auto plan = call.plan<Plan>([&] {
+    // Device i contributes n_i along d (any sizes, e.g. array_split shards).
+    auto pl = std::make_shared<Plan>();
+    std::vector<std::int64_t> sizes;
+    std::int64_t n = 0;
+    for (const detail::Meta& m : call.group()) {
+      sizes.push_back(m.dims[static_cast<std::size_t>(d)]);
+      n += sizes.back();
+    }
+    pl->out_shape = x.shape().with(d, n);
+    call.count(pl->out_shape.numel(), "the gathered output");
+    std::tie(pl->counts, pl->displs) =
+        call.counts(detail::block_elems(x.shape(), d, sizes), "a piece");
+    pl->even = call.uniform();
+    pl->layout = detail::BlockLayout(pl->out_shape, x.dtype(), d, std::move(sizes));
+    if (pl->even && x.nbytes() <= INT_MAX) {
+      pl->piece = detail::OwnedType::blocks(pl->layout);
+      pl->piece_bytes = static_cast<int>(x.nbytes());
+    }
+    if (pl->piece.get() == MPI_DATATYPE_NULL && !pl->layout.direct()) {
+      pl->workspace.resize(pl->out_shape.numel() * dtype_size(x.dtype()));
+    }
+    return pl;
+  });
+  Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
   call.perf().attr("dim", d).output(out);
-  call.count(out.numel(), "the gathered output");
-  const auto [counts, displs] = call.counts(detail::block_elems(x.shape(), d, sizes), "a piece");
   if (out.empty()) return out;
 
-  detail::RecvBlocks recv(out, d, sizes);
-  const MPI_Datatype type = detail::mpi_type(x.dtype());
-  MESHTEST_MPI(MPI_Allgatherv(x.bytes(), counts[static_cast<std::size_t>(call.index())], type,
-                              recv.data(), counts.data(), displs.data(), type, call.comm()));
-  recv.finish();
+  auto exchange = [pl = plan, in = x.bytes(), o = out.bytes(), t = detail::mpi_type(x.dtype()),
+                   me = static_cast<std::size_t>(call.index()), comm = call.comm()] {
+    if (pl->piece.get() != MPI_DATATYPE_NULL) {  // received in place, no unpack pass
+      MESHTEST_MPI(MPI_Allgather(in, pl->piece_bytes, MPI_BYTE, o, 1, pl->piece.get(), comm));
+      return;
+    }
+    std::byte* recv = pl->layout.direct() ? o : pl->workspace.data();
+    if (pl->even) {
+      MESHTEST_MPI(MPI_Allgather(in, pl->counts[me], t, recv, pl->counts[me], t, comm));
+    } else {
+      MESHTEST_MPI(MPI_Allgatherv(in, pl->counts[me], t, recv, pl->counts.data(), pl->displs.data(),
+                                  t, comm));
+    }
+    if (!pl->layout.direct()) pl->layout.unpack(recv, o);
+  };
+  exchange();
+  call.trace(out, exchange);
   return out;
 }
 

@@ -16,21 +16,26 @@ namespace {
 // Reduces x into out; x and out are the same tensor for the in-place form.
 void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOptions& opt,
          std::string_view name) {
-  detail::Call call(name, mesh, opt.axis, x, fmt::format("op {}", reduce_op_name(opt.op)));
+  detail::Call call(name, mesh, opt.axis, x, {{.key = "op", .text = reduce_op_name(opt.op)}});
   call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
   const MPI_Op op = call.reduce_op(opt.op, x.dtype());
   call.perf().attr("op", reduce_op_name(opt.op)).output(out);
   const int count = call.count(x.numel(), "the tensor");
   if (count == 0) return;
-  const void* send = &x == &out ? MPI_IN_PLACE : x.bytes();
-  MESHTEST_MPI(
-      MPI_Allreduce(send, out.bytes(), count, detail::mpi_type(x.dtype()), op, call.comm()));
-  detail::finish_avg(out, opt.op, call.size());
+  // No plan: the call needs nothing beyond the count, the MPI datatype and op.
+  auto exchange = [send = &x == &out ? MPI_IN_PLACE : x.bytes(), recv = out.bytes(), count,
+                   t = detail::mpi_type(x.dtype()), dt = x.dtype(), op, rop = opt.op,
+                   comm = call.comm(), p = call.size()] {
+    MESHTEST_MPI(MPI_Allreduce(send, recv, count, t, op, comm));
+    detail::finish_avg(recv, count, dt, rop, p);
+  };
+  exchange();
+  call.trace(out, exchange);
 }
 }  // namespace
 
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt) {
-  Tensor out(x.shape(), x.dtype());
+  Tensor out(x.shape(), x.dtype(), Tensor::Uninitialized{});
   run(mesh, x, out, opt, "all_reduce");
   return out;
 }

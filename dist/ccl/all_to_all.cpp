@@ -1,7 +1,10 @@
 // all_to_all and all_to_all_v: MPI_Alltoallv of blocks along split_dim, placed along concat_dim.
 #include "dist/ccl/all_to_all.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <numeric>
+#include <tuple>
 
 #include "dist/ccl/detail.hpp"
 
@@ -16,10 +19,24 @@ double bus_factor(int n) {
 
 namespace {
 
+// Everything one exchange needs: shapes, MPI counts, layouts and pack workspaces.
+struct Plan : perf::Plan {
+  Shape out_shape;
+  std::vector<int> sc, sd, rc, rd;  // send / receive counts and displacements (elements)
+  bool even = false;                // every block the same size: MPI_Alltoall
+  detail::BlockLayout send, recv;   // blocks along split_dim of x, along concat_dim of out
+  std::vector<std::byte> send_ws, recv_ws;
+  // Even blocks: each side in place through a derived datatype (or contiguous bytes when the
+  // layout is direct) — no pack or unpack pass.
+  detail::OwnedType send_type, recv_type;
+  int block_bytes = 0;
+  bool in_place = false;
+};
+
 // m[i * p + j]: size along s of the block device i sends to device j (every device holds the
 // whole matrix, so the count checks below throw alike everywhere).
-Tensor exchange(const detail::Call& call, const Tensor& x, int s, int c,
-                const std::vector<std::int64_t>& m) {
+std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s, int c,
+                                const std::vector<std::int64_t>& m) {
   const auto p = static_cast<std::size_t>(call.size());
   const auto me = static_cast<std::size_t>(call.index());
   const std::int64_t unit = x.shape().outer(s) * x.shape().inner(s);  // agreed outside s
@@ -32,32 +49,70 @@ Tensor exchange(const detail::Call& call, const Tensor& x, int s, int c,
     send[j] = m[me * p + j];
     recv[j] = m[j * p + me];
   }
+  auto pl = std::make_shared<Plan>();
   // The received pieces [.., recv[i] along s, ..] are concatenated along c.
-  const Shape shape =
+  pl->out_shape =
       c == s ? x.shape().with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
              : x.shape().with(s, recv[0]).with(c, call.size() * x.shape()[c]);
-  Tensor out(shape, x.dtype());
-  const std::vector<std::int64_t> placed = c == s ? recv : std::vector(p, x.shape()[c]);
-  const auto [sc, sd] = call.counts(detail::block_elems(x.shape(), s, send), "a send block");
-  const auto [rc, rd] = call.counts(detail::block_elems(x.shape(), s, recv), "a receive block");
-
-  const detail::SendBlocks sb(x, s, send);
-  detail::RecvBlocks rb(out, c, placed);
-  const MPI_Datatype type = detail::mpi_type(x.dtype());
-  MESHTEST_MPI(MPI_Alltoallv(sb.data(), sc.data(), sd.data(), type, rb.data(), rc.data(), rd.data(),
-                             type, call.comm()));
-  rb.finish();
-  return out;
+  std::vector<std::int64_t> placed = c == s ? recv : std::vector(p, x.shape()[c]);
+  std::tie(pl->sc, pl->sd) = call.counts(detail::block_elems(x.shape(), s, send), "a send block");
+  std::tie(pl->rc, pl->rd) =
+      call.counts(detail::block_elems(x.shape(), s, recv), "a receive block");
+  pl->even = std::ranges::all_of(m, [&](std::int64_t v) { return v == m[0]; });
+  const std::size_t e = dtype_size(x.dtype());
+  pl->send = detail::BlockLayout(x.shape(), x.dtype(), s, std::move(send));
+  pl->recv = detail::BlockLayout(pl->out_shape, x.dtype(), c, std::move(placed));
+  const std::int64_t block_bytes =
+      x.shape().numel() / std::max<std::int64_t>(1, call.size()) * static_cast<std::int64_t>(e);
+  if (pl->even && block_bytes > 0 && block_bytes <= INT_MAX) {
+    pl->send_type = detail::OwnedType::blocks(pl->send);
+    pl->recv_type = detail::OwnedType::blocks(pl->recv);
+    pl->block_bytes = static_cast<int>(block_bytes);
+    pl->in_place = (pl->send.direct() || pl->send_type.get() != MPI_DATATYPE_NULL) &&
+                   (pl->recv.direct() || pl->recv_type.get() != MPI_DATATYPE_NULL);
+  }
+  if (pl->in_place) return pl;
+  if (!pl->send.direct()) pl->send_ws.resize(static_cast<std::size_t>(x.numel()) * e);
+  if (!pl->recv.direct()) pl->recv_ws.resize(static_cast<std::size_t>(pl->out_shape.numel()) * e);
+  return pl;
 }
 
-std::string detail_of(const AllToAllOptions& opt) {
-  return fmt::format("split_dim {} concat_dim {}", opt.split_dim, opt.concat_dim);
+// Runs the planned exchange of x into a new tensor (and records it while tracing).
+Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan> plan) {
+  Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
+  auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(),
+              t = detail::mpi_type(x.dtype()), comm = call.comm()] {
+    if (pl->in_place) {
+      const bool sd = pl->send.direct(), rd = pl->recv.direct();
+      MESHTEST_MPI(MPI_Alltoall(in, sd ? pl->block_bytes : 1, sd ? MPI_BYTE : pl->send_type.get(),
+                                o, rd ? pl->block_bytes : 1, rd ? MPI_BYTE : pl->recv_type.get(),
+                                comm));
+      return;
+    }
+    const std::byte* sb = in;
+    if (!pl->send.direct()) {
+      pl->send.pack(in, pl->send_ws.data());
+      sb = pl->send_ws.data();
+    }
+    std::byte* rb = pl->recv.direct() ? o : pl->recv_ws.data();
+    if (pl->even) {
+      MESHTEST_MPI(MPI_Alltoall(sb, pl->sc[0], t, rb, pl->rc[0], t, comm));
+    } else {
+      MESHTEST_MPI(MPI_Alltoallv(sb, pl->sc.data(), pl->sd.data(), t, rb, pl->rc.data(),
+                                 pl->rd.data(), t, comm));
+    }
+    if (!pl->recv.direct()) pl->recv.unpack(rb, o);
+  };
+  run();
+  call.trace(out, run);
+  return out;
 }
 
 }  // namespace
 
 Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions& opt) {
-  detail::Call call("all_to_all", mesh, opt.axis, x, detail_of(opt));
+  detail::Call call("all_to_all", mesh, opt.axis, x,
+                    {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   // Pieces are concatenated along c: unless c == s they must also agree in size along s.
@@ -69,20 +124,24 @@ Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions
                              s, c, c, s)};
   }
   call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, a);
-  const int p = call.size();
-  std::vector<std::int64_t> m;
-  for (const detail::Meta& g : call.group()) {
-    for (int j = 0; j < p; ++j)
-      m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
-  }
-  Tensor out = exchange(call, x, s, c, m);
+  Tensor out = exchange(call, x, call.plan<Plan>([&] {
+    // Device i sends split_range(n_i, p, j) along s to device j.
+    const int p = call.size();
+    std::vector<std::int64_t> m;
+    for (const detail::Meta& g : call.group()) {
+      for (int j = 0; j < p; ++j)
+        m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
+    }
+    return make_plan(call, x, s, c, m);
+  }));
   call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
   return out;
 }
 
 Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
                     std::span<const std::int64_t> send_counts, const AllToAllOptions& opt) {
-  detail::Call call("all_to_all_v", mesh, opt.axis, x, detail_of(opt));
+  detail::Call call("all_to_all_v", mesh, opt.axis, x,
+                    {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   const auto p = static_cast<std::size_t>(call.size());
@@ -115,7 +174,8 @@ Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
       }
     }
   }
-  Tensor out = exchange(call, x, s, c, m);
+  // Counts vary per call: planned afresh, not cached.
+  Tensor out = exchange(call, x, make_plan(call, x, s, c, m));
   call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
   return out;
 }

@@ -13,7 +13,7 @@ double bus_factor(int n) {
 }  // namespace broadcast_bw
 
 Tensor broadcast(const MeshDevice& mesh, const Tensor& x, const BroadcastOptions& opt) {
-  detail::Call call("broadcast", mesh, opt.axis, x, fmt::format("root {}", opt.root));
+  detail::Call call("broadcast", mesh, opt.axis, x, {{"root", opt.root}});
   if (opt.root < 0 || opt.root >= call.size()) {
     call.local_error("root {} out of range [0, {}) (the root is an index within the axis group)",
                      opt.root, call.size());

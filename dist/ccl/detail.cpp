@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <malloc.h>
 #include <algorithm>
 #include <climits>
+
+#include <cstdlib>
 #include <cstring>
 
 namespace meshtest::dist {
@@ -97,8 +100,17 @@ std::string show_reduce_op(std::int64_t op) {
   return std::string(reduce_op_name(static_cast<ReduceOp>(op)));
 }
 
+// The log fields: the op's own, then the axis.
+std::array<LogField, 4> log_fields(std::initializer_list<LogField> detail, int axis) {
+  std::array<LogField, 4> out{};
+  std::size_t n = std::min<std::size_t>(detail.size(), 3);
+  std::copy_n(detail.begin(), n, out.begin());
+  out[n] = {.key = "axis", .value = axis, .text = axis == kAllAxes ? "all" : ""};
+  return out;
+}
+
 Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
-           std::string_view detail)
+           std::initializer_list<LogField> detail)
     : op_(op),
       mesh_(mesh),
       axis_(axis),
@@ -107,8 +119,11 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       size_(mesh.axis_size(axis)),
       index_(mesh.axis_index(axis)),
       perf_(op, perf::OpType::ccl),
-      scope_(std::string(op), fmt::format("{} {} axis {}", describe(x), detail, axis_name(axis))) {
+      log_(log_fields(detail, axis)),
+      scope_(op, x.shape(), x.dtype(),
+             std::span(log_.data(), std::min<std::size_t>(detail.size(), 3) + 1)) {
   perf_.input(x).attr("axis", axis_name(axis));
+  tune_malloc_once();
 }
 
 int Call::dim(std::string_view name, int d) {
@@ -132,6 +147,45 @@ void Call::fail_message(const std::string& message) const {
 }
 
 void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
+  // The signature every device must share (the free dim's size included: uneven pieces take
+  // the full path, which learns every size).
+  perf::Signature sig(op_);
+  sig.add("axis", axis_).add("p", size_);
+  for (const AgreedOption& o : options) sig.add(o.name, o.value);
+  if (a.tensors) sig.add("x", x_.shape(), x_.dtype());
+  if (a.tensors && size_ == 1) {
+    uniform_ = !error_;  // no other device to agree with
+  } else if (a.tensors) {
+    const std::uint64_t h = sig.hash();
+    std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
+                                  error_ ? 1 : 0};
+    MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
+    // max(h) == ~max(~h) == min(h): every hash is equal.
+    uniform_ = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
+  }
+  if (uniform_) {
+    Meta m;
+    m.rank = x_.rank();
+    for (int i = 0; i < x_.rank(); ++i) m.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
+    m.dtype = static_cast<std::int32_t>(x_.dtype());
+    group_.assign(static_cast<std::size_t>(size_), m);
+    for (int i = 0; i < size_; ++i) group_[static_cast<std::size_t>(i)].device = device_of(i);
+    plan_key_ = std::move(sig.add("index", index_));
+    return;
+  }
+  full_agree(options, a);
+  for (const Meta& m : group_) sig.add("device", m.shape(), m.dtype_value());
+  plan_key_ = std::move(sig.add("index", index_));
+}
+
+int Call::device_of(int index) const {
+  const auto [r, c] = mesh_.coord();
+  if (axis_ == 0) return mesh_.device_at(index, c);
+  if (axis_ == 1) return mesh_.device_at(r, index);
+  return index;
+}
+
+void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreement& a) {
   Meta mine;
   mine.rank = x_.rank();
   for (int i = 0; i < x_.rank(); ++i) mine.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
@@ -229,6 +283,10 @@ MPI_Op Call::reduce_op(ReduceOp op, DType t) const {
   if (op == ReduceOp::avg && !is_floating(t)) {
     fail("reduce op avg is not supported for dtype {} (avg is defined for f32, f64 and bf16)", t);
   }
+  return mpi_op(op, t);
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
   const int i = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
   if (t == DType::bf16) return bf16_registry().ops[static_cast<std::size_t>(i)];
   return i == 1 ? MPI_MAX : i == 2 ? MPI_MIN : MPI_SUM;
@@ -253,21 +311,25 @@ MPI_Datatype mpi_type(DType t) {
 }
 
 void finish_avg(Tensor& out, ReduceOp op, int p) {
-  if (op != ReduceOp::avg || out.empty()) return;
-  switch (out.dtype()) {
+  finish_avg(out.bytes(), out.numel(), out.dtype(), op, p);
+}
+
+void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p) {
+  if (op != ReduceOp::avg || n == 0) return;
+  switch (t) {
     case DType::f32:
-      out.vector<float>().array() /= static_cast<float>(p);
+      Eigen::Map<Eigen::ArrayXf>(reinterpret_cast<float*>(data), n) /= static_cast<float>(p);
       return;
     case DType::f64:
-      out.vector<double>().array() /= static_cast<double>(p);
+      Eigen::Map<Eigen::ArrayXd>(reinterpret_cast<double*>(data), n) /= static_cast<double>(p);
       return;
     case DType::bf16: {
-      auto v = out.vector<bf16>().array();
+      Eigen::Map<Eigen::Array<bf16, Eigen::Dynamic, 1>> v(reinterpret_cast<bf16*>(data), n);
       v = (v.cast<float>() / static_cast<float>(p)).cast<bf16>();
       return;
     }
     default:
-      dist::fail("finish_avg: dtype {} is not floating", out.dtype());
+      dist::fail("finish_avg: dtype {} is not floating", t);
   }
 }
 
@@ -281,10 +343,14 @@ std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std
   return out;
 }
 
+BlockLayout::BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sz)
+    : view(dim_view(s, t, d)), sizes(std::move(sz)) {}
+
 namespace {
 // Moves blocks between [outer, n, inner] (`strided`) and blocks laid end to end (`packed`).
+template <bool kToPacked>
 void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
-                 std::span<const std::int64_t> sizes, bool to_packed) {
+                 std::span<const std::int64_t> sizes) {
   std::int64_t n = 0;
   for (std::int64_t s : sizes) n += s;
   const std::size_t row = static_cast<std::size_t>(n) * v.inner_bytes;
@@ -293,7 +359,7 @@ void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
     const std::size_t run = static_cast<std::size_t>(s) * v.inner_bytes;
     for (std::int64_t o = 0; run > 0 && o < v.outer; ++o) {
       std::byte* at = strided + static_cast<std::size_t>(o) * row + start;
-      to_packed ? std::memcpy(packed, at, run) : std::memcpy(at, packed, run);
+      kToPacked ? std::memcpy(packed, at, run) : std::memcpy(at, packed, run);
       packed += run;
     }
     start += run;
@@ -301,30 +367,46 @@ void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
 }
 }  // namespace
 
-SendBlocks::SendBlocks(const Tensor& x, int d, std::span<const std::int64_t> sizes) {
-  const DimView v = dim_view(x.shape(), x.dtype(), d);
-  if (v.outer == 1) {
-    data_ = x.bytes();
-    return;
-  }
-  packed_.resize(x.nbytes());
+void BlockLayout::pack(const std::byte* tensor, std::byte* packed) const {
   // copy_blocks only reads the strided side when packing.
-  copy_blocks(packed_.data(), const_cast<std::byte*>(x.bytes()), v, sizes, true);
-  data_ = packed_.data();
+  copy_blocks<true>(packed, const_cast<std::byte*>(tensor), view, sizes);
 }
 
-RecvBlocks::RecvBlocks(Tensor& out, int d, std::span<const std::int64_t> sizes)
-    : out_(out), view_(dim_view(out.shape(), out.dtype(), d)), sizes_(sizes.begin(), sizes.end()) {
-  if (view_.outer == 1) {
-    data_ = out.bytes();
-  } else {
-    packed_.resize(out.nbytes());
-    data_ = packed_.data();
-  }
+void BlockLayout::unpack(const std::byte* packed, std::byte* tensor) const {
+  copy_blocks<false>(const_cast<std::byte*>(packed), tensor, view, sizes);
 }
 
-void RecvBlocks::finish() {
-  if (view_.outer != 1) copy_blocks(packed_.data(), out_.bytes(), view_, sizes_, false);
+OwnedType OwnedType::blocks(const BlockLayout& l) {
+  OwnedType t;
+  if (l.direct() || l.sizes.empty()) return t;
+  if (!std::ranges::all_of(l.sizes, [&](std::int64_t s) { return s == l.sizes[0]; })) return t;
+  const std::size_t run = static_cast<std::size_t>(l.sizes[0]) * l.view.inner_bytes;
+  const std::size_t row = run * l.sizes.size();
+  if (run == 0 || row > INT_MAX || l.view.outer > INT_MAX) return t;
+  MPI_Datatype v = MPI_DATATYPE_NULL;
+  MESHTEST_MPI(MPI_Type_vector(static_cast<int>(l.view.outer), static_cast<int>(run),
+                               static_cast<int>(row), MPI_BYTE, &v));
+  MESHTEST_MPI(MPI_Type_create_resized(v, 0, static_cast<MPI_Aint>(run), &t.type_));
+  MPI_Type_free(&v);
+  MESHTEST_MPI(MPI_Type_commit(&t.type_));
+  return t;
+}
+
+OwnedType::~OwnedType() {
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (type_ != MPI_DATATYPE_NULL && finalized == 0) MPI_Type_free(&type_);
+}
+
+void tune_malloc_once() {
+  static const bool done = [] {
+    const char* env = std::getenv("MESHTEST_MALLOC_TUNING");
+    if (env != nullptr && std::string_view(env) == "0") return false;
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)done;
 }
 
 }  // namespace detail

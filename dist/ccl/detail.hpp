@@ -7,11 +7,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dist/ccl/ccl_log.hpp"
@@ -19,6 +22,8 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "src/core/tensor.hpp"
 #include "src/perf/profiler.hpp"
+#include "src/perf/program_cache.hpp"
+#include "src/perf/trace.hpp"
 
 namespace meshtest::dist::detail {
 
@@ -55,13 +60,19 @@ struct Meta {
 
 /// One collective call on one device. Construction checks the axis (locally: a bad axis
 /// cannot reach its group) and opens the CclLogScope. Local checks (dim(), local_error())
-/// are only recorded; agree() then gathers every device's Meta in one MPI_Allgather and
-/// validates the whole group identically, so every device throws the same meshtest::Error
-/// (naming the offending device) instead of some devices hanging in the data exchange.
+/// are only recorded; agree() then makes sure the whole group agrees, so every device throws
+/// the same meshtest::Error (naming the offending device) instead of some devices hanging in
+/// the data exchange. The agreement is cheap in the common case: one MPI_Allreduce (max) of
+/// the call signature's hash, its complement and the local error flag tells every device
+/// whether all signatures (op, axis, options, dtype, shape) are equal and no device found an
+/// error; only when they are not does it gather every device's Meta (MPI_Allgather) and
+/// validate the group in full, which gives the detailed error (or, e.g. for uneven
+/// all_gather pieces, the per-device sizes).
 class Call {
  public:
+  /// `op` and the fields' keys and texts must be string literals (see LogField).
   Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
-       std::string_view detail);
+       std::initializer_list<LogField> detail);
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -77,12 +88,30 @@ class Call {
   void local_error(fmt::format_string<Args...> f, Args&&... args) {
     record(fmt::format(f, std::forward<Args>(args)...));
   }
-  /// Collective: gathers every device's metadata and checks, identically on every device, the
+  /// Collective: agrees on the signature (see the class comment); when it differs, gathers
+  /// every device's metadata and checks, identically on every device, the
   /// recorded local errors, then the agreed options, then dtype and shape (unless
   /// !a.tensors). Throws the same meshtest::Error on every device of the group.
   void agree(std::initializer_list<AgreedOption> options, Agreement a = {});
   /// Every device's metadata in axis order (valid after agree()).
   const std::vector<Meta>& group() const { return group_; }
+  /// True when agree() found every device's signature equal (so group() holds p copies of
+  /// this device's metadata): every piece along the free dim has this device's size.
+  bool uniform() const { return uniform_; }
+
+  /// The plan of this call from the program cache (after agree()): keyed by the agreed
+  /// signature, this device's axis index and, when the group is not uniform, every device's
+  /// shape. `build` makes it on a miss.
+  template <class P, class Build>
+  std::shared_ptr<P> plan(Build&& build) {
+    return perf::program_cache().get<P>(plan_key_, std::forward<Build>(build));
+  }
+  /// While a perf::Trace is being captured: records `run` (which redoes this call's data
+  /// exchange from x's buffer into out's) as a step. Otherwise nothing.
+  template <class Run>
+  void trace(const Tensor& out, const Run& run) const {
+    if (perf::Trace* t = perf::Trace::active()) t->add_step(op_, x_, out, run);
+  }
 
   /// Throws meshtest::Error "[rank r] <op> on axis <a> of mesh <RxC>: <message>".
   template <class... Args>
@@ -106,6 +135,8 @@ class Call {
 
  private:
   void record(std::string message);
+  void full_agree(std::initializer_list<AgreedOption> options, const Agreement& a);
+  int device_of(int index) const;
   [[noreturn]] void fail_message(const std::string& message) const;
 
   std::string_view op_;
@@ -116,17 +147,25 @@ class Call {
   int size_ = 1;
   int index_ = 0;
   perf::OpScope perf_;
+  std::array<LogField, 4> log_{};
   CclLogScope scope_;
   std::optional<std::string> error_;
   std::vector<Meta> group_;
+  bool uniform_ = false;
+  perf::Signature plan_key_{""};
 };
 
 /// The MPI datatype of one element: f32 MPI_FLOAT, f64 MPI_DOUBLE, i32 MPI_INT32_T, i64
 /// MPI_INT64_T, u8 MPI_UINT8_T, bf16 a committed 2-byte contiguous type.
 MPI_Datatype mpi_type(DType t);
 
+/// The MPI op of `op` on `t` (avg maps to the sum; finish_avg divides). t must not be u8.
+MPI_Op mpi_op(ReduceOp op, DType t);
+
 /// After a sum: divides by p when op is avg (bf16 divides in f32 and rounds); else nothing.
 void finish_avg(Tensor& out, ReduceOp op, int p);
+/// The same on n elements of dtype t at `data`.
+void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p);
 
 /// A tensor seen around dim d as [outer, n, inner] with inner in bytes.
 struct DimView {
@@ -138,33 +177,49 @@ DimView dim_view(const Shape& s, DType t, int d);
 /// Element counts of consecutive blocks of `sizes` along d of a tensor of shape s.
 std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std::int64_t> sizes);
 
-/// Send side: x cut along d into consecutive blocks of `sizes` (sum = x.shape()[d]), each
-/// made contiguous ([outer, sizes[j], inner]) and laid end to end — the layout MPI's
-/// v-collectives want. Points into x itself when d has no outer dims (outer == 1).
-class SendBlocks {
- public:
-  SendBlocks(const Tensor& x, int d, std::span<const std::int64_t> sizes);
-  const std::byte* data() const { return data_; }
+/// Consecutive blocks of `sizes` along dim d of a tensor seen as [outer, n, inner], and the
+/// same blocks made contiguous ([outer, sizes[j], inner]) and laid end to end — the layout
+/// MPI's collectives want. When outer == 1 the two layouts coincide (direct()): MPI reads and
+/// writes the tensor itself. Otherwise one pass of memcpy runs (one per block and outer
+/// index) moves the data between the tensor and a workspace.
+struct BlockLayout {
+  BlockLayout() = default;
+  BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sizes);
+  bool direct() const { return view.outer == 1; }
+  /// tensor (strided) -> blocks end to end
+  void pack(const std::byte* tensor, std::byte* packed) const;
+  /// blocks end to end -> tensor (strided)
+  void unpack(const std::byte* packed, std::byte* tensor) const;
 
- private:
-  std::vector<std::byte> packed_;
-  const std::byte* data_ = nullptr;
+  DimView view;
+  std::vector<std::int64_t> sizes;
 };
 
-/// Receive side: MPI receives blocks [outer, sizes[j], inner] end to end into data();
-/// finish() places them along d of `out`. Receives straight into out when outer == 1.
-class RecvBlocks {
+/// A committed MPI datatype, freed on destruction (unless MPI is finalized by then).
+class OwnedType {
  public:
-  RecvBlocks(Tensor& out, int d, std::span<const std::int64_t> sizes);
-  std::byte* data() { return data_; }
-  void finish();
+  OwnedType() = default;
+  /// One block of a BlockLayout whose blocks all have the same size, in place in the strided
+  /// tensor: outer runs of (block * inner) bytes, a row apart, with the extent of one run, so
+  /// item j of a collective's buffer is block j. MPI_DATATYPE_NULL (use the pack path) when
+  /// the layout is direct, the blocks differ, or a byte count exceeds INT_MAX.
+  static OwnedType blocks(const BlockLayout& l);
+  ~OwnedType();
+  OwnedType(OwnedType&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
+  OwnedType& operator=(OwnedType&& o) noexcept {
+    std::swap(type_, o.type_);
+    return *this;
+  }
+  MPI_Datatype get() const { return type_; }
 
  private:
-  Tensor& out_;
-  DimView view_;
-  std::vector<std::int64_t> sizes_;
-  std::vector<std::byte> packed_;
-  std::byte* data_ = nullptr;
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
+
+/// Keeps freed large buffers in the process heap (glibc: M_MMAP_MAX 0, M_TRIM_THRESHOLD
+/// 1 GiB) so that the outputs a collective allocates on every call do not page-fault afresh;
+/// called once, by the first collective. MESHTEST_MALLOC_TUNING=0 in the environment leaves
+/// malloc alone.
+void tune_malloc_once();
 
 }  // namespace meshtest::dist::detail

@@ -10,12 +10,14 @@ namespace meshtest::dist {
 /// x: the same shape [..., n, ...] and dtype on every device. Returns the
 /// element-wise reduction's slice i along opt.dim on the device with axis
 /// index i: [..., n_i, ...] with n_i by the array_split rule (n % p first
-/// devices get ceil(n/p)); n < p gives some devices an empty slice. Runs one metadata
-/// MPI_Allgather, then MPI_Reduce_scatter with those counts. avg = sum, then / p; bf16
-/// reduces in f32 and rounds to bf16. Throws meshtest::Error, the same on every device of the
-/// group (never a hang), for: a bad axis (locally) or dim; devices disagreeing on dim or op,
-/// on the dtype or on the shape; avg on an integer dtype or any op on u8 ("reduce op X is not
-/// supported for dtype Y"); an input beyond INT_MAX elements.
+/// devices get ceil(n/p)); n < p gives some devices an empty slice. Agrees on the call
+/// (see detail::Call), then sends each block straight to its device (MPI_Isend / MPI_Irecv) and
+/// reduces locally with MPI_Reduce_local (faster than Open MPI's MPI_Reduce_scatter on one node);
+/// workspaces are planned once per signature. avg = sum, then / p; bf16 reduces in f32 and rounds
+/// to bf16. Throws meshtest::Error, the same on every device of the group (never a hang), for: a
+/// bad axis (locally) or dim; devices disagreeing on dim or op, on the dtype or on the shape; avg
+/// on an integer dtype or any op on u8 ("reduce op X is not supported for dtype Y"); an input
+/// beyond INT_MAX elements.
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x,
                       const ReduceScatterOptions& opt = {});
 

@@ -15,7 +15,11 @@ DType dtype_from_name(std::string_view name) {
 Tensor::Tensor(Shape shape, DType dtype)
     : shape_(shape),
       dtype_(dtype),
-      data_(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype)) {}
+      data_(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype), std::byte{0}) {}
+
+Tensor::Tensor(Shape shape, DType dtype, Uninitialized) : shape_(shape), dtype_(dtype) {
+  data_.resize(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
+}
 
 Tensor Tensor::from_bytes(Shape shape, DType dtype, std::span<const std::byte> src) {
   Tensor t(shape, dtype);

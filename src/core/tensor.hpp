@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "src/core/dtype.hpp"
@@ -16,12 +18,35 @@ namespace meshtest {
 template <class T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+/// std::allocator that default-initializes (leaves bytes as they are) instead of zeroing.
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  template <class U>
+  void construct(U* p) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 /// Owning, contiguous, row-major tensor. Copies are deep; moves are cheap.
 class Tensor {
  public:
+  /// Tag: a tensor whose elements the caller overwrites before reading (no zero fill).
+  struct Uninitialized {};
+
   Tensor() = default;
   /// Zero-filled tensor of the given shape and dtype.
   Tensor(Shape shape, DType dtype);
+  /// Tensor of the given shape and dtype with unspecified elements (outputs that an op writes
+  /// completely, e.g. a collective's receive buffer).
+  Tensor(Shape shape, DType dtype, Uninitialized);
 
   template <class T>
   static Tensor from_vector(Shape shape, const std::vector<T>& values) {
@@ -108,7 +133,7 @@ class Tensor {
 
   Shape shape_;
   DType dtype_ = DType::f32;
-  std::vector<std::byte> data_;
+  std::vector<std::byte, DefaultInitAllocator<std::byte>> data_;
 };
 
 /// Concatenates along dim; all other dims and the dtype must match. Needs >= 1 part.
