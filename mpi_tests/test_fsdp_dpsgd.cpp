@@ -13,19 +13,12 @@
 #include "src/core/random.hpp"
 #include "src/dp/real.hpp"
 #include "src/perf/profiler.hpp"
+#include "tests/support/dp_reference.hpp"
 
 namespace meshtest::dist {
 namespace {
 
-// max |got − want| / max |want|.
-double rel_err(const Tensor& got, const Tensor& want) {
-  double num = 0, den = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    num = std::max(num, std::abs(got.item(i) - want.item(i)));
-    den = std::max(den, std::abs(want.item(i)));
-  }
-  return den == 0 ? num : num / den;
-}
+using test_support::rel_err;
 
 constexpr const char* kSpec = "linear:7,gelu,rmsnorm,linear:5";
 constexpr std::int64_t kIn = 6, kOut = 5, kSeq = 3;

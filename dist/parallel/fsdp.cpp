@@ -37,35 +37,41 @@ void FsdpDpSgd::free_layer(std::size_t layer) {
   for (dp::Param& p : pm_.model().layer(layer).params()) p.value = Tensor();
 }
 
-dp::StepReport FsdpDpSgd::step(const Tensor& x, const Tensor& y) {
+FsdpDpSgd::NoisyGrads FsdpDpSgd::noisy_grads(const Tensor& x, const Tensor& y) {
   agree_or_throw(*mesh_, axis_, "FSDP DP-SGD step",
                  [&] { dp::check_batch(pm_.model(), x, y, opt_.dp); });
   Tensor b = Tensor::from_vector<std::int64_t>({1}, {x.shape()[0]});
   all_reduce_inplace(*mesh_, b, {.axis = axis_});
-  const std::int64_t global_batch = b.data<std::int64_t>()[0];
+  NoisyGrads out{.global_batch = b.data<std::int64_t>()[0]};
 
   dp::DpOptions dpo = opt_.dp;
-  dpo.global_batch = global_batch;
+  dpo.global_batch = out.global_batch;
   const dp::StepHooks hooks{.layers = {.before = [this](std::size_t l) { gather_layer(l); },
                                        .after = [this](std::size_t l) { free_layer(l); }},
                             .all_of = [this](bool v) { return all_devices(*mesh_, axis_, v); }};
-  dp::PrivateModel& pm = pm_;
-  dp::DpGrads g = pm.mode().run(pm.model(), x, y, dpo, hooks);
-  pm.model().release();
+  dp::DpGrads g = pm_.mode().run(pm_.model(), x, y, dpo, hooks);
+  pm_.model().release();
 
   const int n = mesh_->axis_size(axis_), r = mesh_->axis_index(axis_);
-  const double divisor = dp::noise_divisor(opt_.dp.reduction, global_batch);
-  const std::int64_t step = optimizer_.step();
-  optimizer_.next_step();
+  const double divisor = dp::noise_divisor(opt_.dp.reduction, out.global_batch);
   for (std::size_t p = 0; p < shards_.size(); ++p) {
     const std::int64_t numel = g.grads[p].numel();
     Tensor shard_grad =
         reduce_scatter(*mesh_, g.grads[p].reshape({numel}), {.dim = 0, .axis = axis_});
-    dp::add_noise(shard_grad, split_range(numel, n, r).start, static_cast<std::int64_t>(p), step,
-                  opt_.noise, opt_.dp.clip, divisor);
-    optimizer_.update(p, shards_[p], shard_grad);
+    dp::add_noise(shard_grad, split_range(numel, n, r).start, static_cast<std::int64_t>(p),
+                  optimizer_.step(), opt_.noise, opt_.dp.clip, divisor);
+    out.shard_grads.push_back(std::move(shard_grad));
   }
-  return {.norms = std::move(g.norms), .coef = std::move(g.coef), .loss = g.loss};
+  out.report = {.norms = std::move(g.norms), .coef = std::move(g.coef), .loss = g.loss};
+  return out;
+}
+
+dp::StepReport FsdpDpSgd::step(const Tensor& x, const Tensor& y) {
+  NoisyGrads g = noisy_grads(x, y);
+  optimizer_.next_step();
+  for (std::size_t p = 0; p < shards_.size(); ++p)
+    optimizer_.update(p, shards_[p], g.shard_grads[p]);
+  return std::move(g.report);
 }
 
 std::vector<Tensor> FsdpDpSgd::gather_parameters() const {

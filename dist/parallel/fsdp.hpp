@@ -33,6 +33,16 @@ class FsdpDpSgd {
   /// Returns this device's per-sample norms and clip coefficients [B_r] and its local loss.
   dp::StepReport step(const Tensor& x, const Tensor& y);
 
+  /// One step's noisy clipped gradient without the update: this device's shard of each
+  /// parameter's gradient (Σ_i c_i ∇ℓ_i over the global batch + noise, ÷ B for mean), the report
+  /// of its samples and the global batch. step() is this plus the optimizer.
+  struct NoisyGrads {
+    dp::StepReport report = {};
+    std::vector<Tensor> shard_grads = {};
+    std::int64_t global_batch = 0;
+  };
+  NoisyGrads noisy_grads(const Tensor& x, const Tensor& y);
+
   /// Collective: every parameter gathered whole (model order, PyTorch shapes).
   std::vector<Tensor> gather_parameters() const;
   /// This device's flat shard of each parameter.
