@@ -36,7 +36,8 @@ TEST(TestTritonFusedKernel, TritonKernelBasic) {
     const Tensor g = random_normal(sa.with(sa.rank() - 1, 3), DType::f64, {.seed = 2});
     Tensor c(Shape{sa[0]}, DType::f64);
     c.fill(1.0);
-    EXPECT_LE(rel_err(clipped_weight_grad(a, g, c), naive_clipped(a, g, c).first), 1e-13) << sa.str();
+    EXPECT_LE(rel_err(clipped_weight_grad(a, g, c), naive_clipped(a, g, c).first), 1e-13)
+        << sa.str();
   }
 }
 
@@ -68,6 +69,21 @@ TEST(TestTritonFusedKernel, ClippedSumOfInstantiatedGrads) {
   const Tensor got = clipped_sum(ps, c);
   for (std::int64_t j = 0; j < 6; ++j) {
     EXPECT_NEAR(got.item(j), ps.item(j) + 0.5 * ps.item(6 + j) + 0.25 * ps.item(12 + j), 1e-15);
+  }
+}
+
+TEST(TestTritonFusedKernel, PerSampleGradsInstantiated) {
+  for (const Shape& sa : {Shape{3, 5, 4}, Shape{6, 4}}) {
+    const Tensor a = random_normal(sa, DType::f64, {.seed = 14});
+    const Tensor g = random_normal(sa.with(sa.rank() - 1, 3), DType::f64, {.seed = 15});
+    const Tensor pw = per_sample_weight_grads(a, g);
+    const Tensor pb = per_sample_bias_grads(g);
+    ASSERT_EQ(pw.shape(), (Shape{sa[0], 3, 4}));
+    for (std::int64_t i = 0; i < sa[0]; ++i) {
+      EXPECT_LE(rel_err(pw.slice(0, i, 1).reshape({3, 4}), naive_sample_weight_grad(a, g, i)),
+                1e-13);
+      EXPECT_LE(rel_err(pb.slice(0, i, 1).reshape({3}), naive_sample_bias_grad(g, i)), 1e-13);
+    }
   }
 }
 

@@ -59,6 +59,8 @@ const std::vector<ModelCase> kModels = {
     {"linear:6,gelu,rmsnorm,linear:4", 5, 4, 0, LossKind::ce},
     {"linear:3,gelu,linear:3,relu,linear:2", 2, 4, 9, LossKind::ce},  // direct (2T² > d_in d_out)
     {"rmsnorm,linear:7,gelu,linear:5,rmsnorm", 4, 3, 2, LossKind::mse},
+    // direct with d_in > T (fused_bk keeps G) then direct with d_in <= T (keeps A_iᵀG_i)
+    {"linear:2,relu,linear:3", 10, 3, 4, LossKind::mse},
 };
 
 std::string label(const ModelCase& c, const std::string& mode, Reduction r) {

@@ -69,6 +69,39 @@ Tensor clipped_sum(const Tensor& per_sample, const Tensor& coef) {
   return out;
 }
 
+Tensor per_sample_weight_grads(const Tensor& a, const Tensor& g) {
+  perf::OpScope scope("per_sample_weight_grads");
+  scope.input(a).input(g);
+  check_same_samples("per_sample_weight_grads", a, g);
+  const SeqDims da = seq_dims(a, "per_sample_weight_grads", "a");
+  const SeqDims dg = seq_dims(g, "per_sample_weight_grads", "g");
+  Tensor out(Shape{da.batch, dg.features, da.features}, a.dtype());
+  visit_real(a.dtype(), "per_sample_weight_grads", [&]<class S>(type_tag<S>) {
+    const Eigen::Map<const RowMatrix<S>> am(a.data<S>(), da.batch * da.seq, da.features);
+    const Eigen::Map<const RowMatrix<S>> gm(g.data<S>(), dg.batch * dg.seq, dg.features);
+    for (std::int64_t i = 0; i < da.batch; ++i) {
+      Eigen::Map<RowMatrix<S>>(out.data<S>() + i * dg.features * da.features, dg.features,
+                               da.features)
+          .noalias() =
+          gm.middleRows(i * da.seq, da.seq).transpose() * am.middleRows(i * da.seq, da.seq);
+    }
+  });
+  scope.flops(2.0 * static_cast<double>(da.batch * da.seq * da.features * dg.features)).output(out);
+  return out;
+}
+
+Tensor per_sample_bias_grads(const Tensor& g) {
+  const SeqDims d = seq_dims(g, "per_sample_bias_grads", "g");
+  Tensor out(Shape{d.batch, d.features}, g.dtype());
+  visit_real(g.dtype(), "per_sample_bias_grads", [&]<class S>(type_tag<S>) {
+    const Eigen::Map<const RowMatrix<S>> gm(g.data<S>(), d.batch * d.seq, d.features);
+    for (std::int64_t i = 0; i < d.batch; ++i) {
+      out.matrix<S>().row(i) = gm.middleRows(i * d.seq, d.seq).colwise().sum();
+    }
+  });
+  return out;
+}
+
 Tensor per_sample_norm_sq(const Tensor& per_sample) {
   MESHTEST_CHECK(per_sample.rank() >= 1, "per_sample_norm_sq: shape {}", per_sample.shape());
   const std::int64_t batch = per_sample.shape()[0];

@@ -17,6 +17,12 @@ Tensor clipped_bias_grad(const Tensor& g, const Tensor& coef);
 ///   per_sample: [B, ...], coef: [B]  ->  [...]
 Tensor clipped_sum(const Tensor& per_sample, const Tensor& coef);
 
+/// Per-sample weight gradients G_iᵀA_i, one GEMM per sample into its slice of the output.
+///   a: [B, (T,) d_in], g: [B, (T,) d_out]  ->  [B, d_out, d_in]
+Tensor per_sample_weight_grads(const Tensor& a, const Tensor& g);
+/// Per-sample bias gradients Σ_t g_it.   g: [B, (T,) d_out]  ->  [B, d_out]
+Tensor per_sample_bias_grads(const Tensor& g);
+
 /// Squared norm of each sample's slice.   per_sample: [B, ...]  ->  [B]
 Tensor per_sample_norm_sq(const Tensor& per_sample);
 

@@ -102,25 +102,21 @@ Tensor Linear::input_grad(const Tensor& grad_out, const BackwardContext& ctx) co
       .input;
 }
 
+void Linear::instantiate(const Tensor& grad_out, BackwardContext& ctx) {
+  Tensor per_w = per_sample_weight_grads(input_, grad_out);
+  Tensor per_b = has_bias() ? per_sample_bias_grads(grad_out) : Tensor();
+  if (ctx.norms) {
+    add_norms(ctx, has_bias() ? sum_squares(per_sample_norm_sq(per_w), per_sample_norm_sq(per_b))
+                              : per_sample_norm_sq(per_w));
+  }
+  params_[0].grad_sample = std::move(per_w);
+  if (has_bias()) params_[1].grad_sample = std::move(per_b);
+}
+
 Tensor Linear::backward(const Tensor& grad_out, BackwardContext& ctx) {
   const LinearBackwardOptions grads{.input = false, .weight = true, .bias = has_bias()};
   if (ctx.per_sample) {
-    const SeqDims d = seq_dims(input_, "Linear backward", "input");
-    const Shape& ws = params_[0].shape;
-    Tensor per_w(Shape{d.batch, ws[0], ws[1]}, input_.dtype());
-    Tensor per_b(Shape{d.batch, ws[0]}, input_.dtype());
-    for (std::int64_t i = 0; i < d.batch; ++i) {
-      const LinearGrads gi =
-          linear_backward(input_.slice(0, i, 1), live(params_[0]), grad_out.slice(0, i, 1), grads);
-      per_w.assign_slice(0, i, gi.weight.reshape({1, ws[0], ws[1]}));
-      if (has_bias()) per_b.assign_slice(0, i, gi.bias.reshape({1, ws[0]}));
-    }
-    if (ctx.norms) {
-      add_norms(ctx, has_bias() ? sum_squares(per_sample_norm_sq(per_w), per_sample_norm_sq(per_b))
-                                : per_sample_norm_sq(per_w));
-    }
-    params_[0].grad_sample = std::move(per_w);
-    if (has_bias()) params_[1].grad_sample = std::move(per_b);
+    instantiate(grad_out, ctx);
   } else {
     if (ctx.norms) {
       const Tensor sq = ghost_norm_sq(input_, grad_out);
@@ -144,6 +140,15 @@ Tensor FusedLinear::backward(const Tensor& grad_out, BackwardContext& ctx) {
   const SeqDims d = seq_dims(input_, "FusedLinear backward", "input");
   const Shape& ws = params_[0].shape;
   const NormMethod method = hybrid_method(d.seq, ws[1], ws[0]);
+  if (ctx.keep && method == NormMethod::direct && ws[1] <= d.seq) {
+    // Book-keeping in the direct regime: the weight-grad pass builds each sample's A_iᵀG_i,
+    // whose squares give the norm; they are kept instead of G (no larger, as d_in <= T), so
+    // the clipped sum is Σ_i c_i A_iᵀG_i without a second GEMM.
+    kept_grad_ = Tensor();
+    instantiate(grad_out, ctx);
+    ctx.all_grads = false;
+    return input_grad(grad_out, ctx);
+  }
   const bool fused_grad =
       ctx.norms && method == NormMethod::direct && (ctx.grads || ctx.grads_if_free);
   if (ctx.norms) {
@@ -170,8 +175,9 @@ Tensor FusedLinear::backward(const Tensor& grad_out, BackwardContext& ctx) {
 }
 
 void FusedLinear::bookkeeping_grads(const Tensor& coef) {
-  MESHTEST_CHECK(!is_unset(kept_grad_) && !is_unset(input_),
-                 "{}: book-keeping needs a backward with keep = true first", params_[0].name);
+  if (is_unset(kept_grad_)) return Layer::bookkeeping_grads(coef);  // kept per-sample grads
+  MESHTEST_CHECK(!is_unset(input_), "{}: book-keeping needs a backward with keep = true first",
+                 params_[0].name);
   params_[0].grad = clipped_weight_grad(input_, kept_grad_, coef);
   if (has_bias()) params_[1].grad = clipped_bias_grad(kept_grad_, coef);
 }

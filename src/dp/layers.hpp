@@ -80,13 +80,17 @@ class Linear : public Layer {
 
  protected:
   Linear(const Linear& other, std::string kind) : Layer(other) { kind_ = std::move(kind); }
+  /// Per-sample gradients in Param::grad_sample (and their norms when ctx asks).
+  void instantiate(const Tensor& grad_out, BackwardContext& ctx);
   /// dL/dx, or empty when not asked for.
   Tensor input_grad(const Tensor& grad_out, const BackwardContext& ctx) const;
 };
 
 /// A Linear whose backward computes the per-sample norms itself by the hybrid rule (ghost when
-/// 2T² <= d_in·d_out, else direct, fused with the weight-gradient pass) and can keep its output
-/// grads for book-keeping: Param::grad = (diag(c) G)ᵀ A, bias Σ_i c_i Σ_t g_it.
+/// 2T² <= d_in·d_out, else direct, fused with the weight-gradient pass) and keeps what
+/// book-keeping needs: its output grads G (Param::grad = (diag(c) G)ᵀ A, bias Σ_i c_i Σ_t g_it),
+/// or, in the direct regime when d_in <= T (per-sample grads no larger than G), the per-sample
+/// grads A_iᵀG_i that the direct pass builds (Param::grad = Σ_i c_i A_iᵀG_i).
 class FusedLinear : public Linear {
  public:
   /// The fused twin of `plain`, sharing its weights.
