@@ -30,6 +30,7 @@
 #include "src/core/file.hpp"
 #include "src/core/random.hpp"
 #include "src/dp/modes.hpp"
+#include "tools/mpi_subcommand.hpp"
 #include "tools/subcommand.hpp"
 
 // ----------------------------------------------------------------------------- allocation hook
@@ -310,13 +311,7 @@ int run(int argc, char** argv, const dist::Environment& env) {
 }
 
 int bench_dpsgd_main(int argc, char** argv) {
-  dist::Environment env(argc, argv);
-  try {
-    return run(argc, argv, env);
-  } catch (const std::exception& e) {
-    if (env.rank() == 0) fmt::print(stderr, "meshtest-bench dpsgd: error: {}\n", e.what());
-    return 2;
-  }
+  return mpi_subcommand("meshtest-bench dpsgd", argc, argv, run);
 }
 
 const RegisterSubcommand reg{

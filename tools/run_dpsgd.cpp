@@ -17,6 +17,7 @@
 #include "src/core/npy.hpp"
 #include "src/core/safetensors.hpp"
 #include "src/dp/dp_sgd.hpp"
+#include "tools/mpi_subcommand.hpp"
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
@@ -136,14 +137,7 @@ int run(int argc, char** argv, const dist::Environment& env) {
 }
 
 int dpsgd_main(int argc, char** argv) {
-  dist::Environment env(argc, argv);
-  try {
-    return run(argc, argv, env);
-  } catch (const std::exception& e) {
-    // Input is validated identically on every rank before communicating: each exits 2.
-    if (env.rank() == 0) fmt::print(stderr, "meshtest-run dpsgd: error: {}\n", e.what());
-    return 2;
-  }
+  return mpi_subcommand("meshtest-run dpsgd", argc, argv, run);
 }
 
 const RegisterSubcommand reg{
