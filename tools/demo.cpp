@@ -20,6 +20,7 @@
 #include "src/check/compare.hpp"
 #include "src/check/metrics.hpp"
 #include "tools/ccl_cases.hpp"
+#include "tools/demo_sections.hpp"
 
 namespace meshtest::dist {
 namespace {
@@ -206,6 +207,7 @@ int demo(int argc, char** argv, int rank, int np) {
         "devices; wall {:.1f} s\n",
         rows.size(), rows.size() - static_cast<std::size_t>(failed), failed, MPI_Wtime() - t0);
   }
+  failed += demo_dpsgd(mesh);
   return failed == 0 ? 0 : 1;
 }
 
