@@ -50,8 +50,16 @@ Tensor naive_norm_sq(const Tensor& a, const Tensor& g) {
 double tol(const Case& c) { return c.dtype == DType::f64 ? 1e-12 : 2e-5; }
 
 const std::vector<Case> kCases = {
-    {5, 0, 7, 3},  {4, 9, 7, 5}, {3, 300, 3, 4},           {2, 3, 300, 270},         {1, 1, 4, 4},
-    {3, 17, 6, 2}, {0, 4, 3, 2}, {4, 9, 7, 5, DType::f32}, {6, 0, 5, 8, DType::f32},
+    {5, 0, 7, 3},
+    {4, 9, 7, 5},
+    {3, 300, 3, 4},
+    {2, 3, 300, 270},
+    {1, 1, 4, 4},
+    {3, 17, 6, 2},
+    {0, 4, 3, 2},
+    {4, 9, 7, 5, DType::f32},
+    {6, 0, 5, 8, DType::f32},
+    {2, 1100, 3, 2},  // T > 1024: the ghost Gram built in row blocks
 };
 
 TEST(TestFusedFlashLinearKernels, InputLengthFrobenius2D) {

@@ -22,13 +22,26 @@ ConstMap<S> rows_of(const Tensor& t, std::int64_t rows, std::int64_t cols) {
   return ConstMap<S>(t.data<S>(), rows, cols);
 }
 
-// <A Aᵀ, G Gᵀ> of one sample over the lower block triangle: a block of rows [r0, r0 + n) against
-// columns [0, r0 + n); strictly lower blocks count twice (the Gram matrices are symmetric).
+// Up to this T the ghost method builds the two whole T x T Gram matrices (lower triangles only,
+// by a symmetric rank-T update); beyond it, blocks of kGhostRows rows.
+constexpr std::int64_t kGhostWhole = 1024;
+
+// <A Aᵀ, G Gᵀ> of one sample. The Gram matrices are symmetric, so only their lower triangles are
+// built: whole (rankUpdate) up to kGhostWhole rows, else a block of rows [r0, r0 + n) against
+// columns [0, r0 + n) at a time; strictly lower entries count twice.
 template <class S, class MA, class MG>
 S ghost_one(const MA& a, const MG& g) {
   const std::int64_t t = a.rows();
   S acc = 0;
   RowMatrix<S> aa, gg;
+  if (t <= kGhostWhole) {
+    aa.setZero(t, t);
+    gg.setZero(t, t);
+    aa.template selfadjointView<Eigen::Lower>().rankUpdate(a);
+    gg.template selfadjointView<Eigen::Lower>().rankUpdate(g);
+    return S(2) * (aa.array() * gg.array()).sum() -
+           (aa.diagonal().array() * gg.diagonal().array()).sum();
+  }
   for (std::int64_t r0 = 0; r0 < t; r0 += kGhostRows) {
     const std::int64_t n = std::min(kGhostRows, t - r0);
     aa.noalias() = a.middleRows(r0, n) * a.topRows(r0 + n).transpose();
