@@ -182,6 +182,10 @@ void FusedLinear::bookkeeping_grads(const Tensor& coef) {
   if (has_bias()) params_[1].grad = clipped_bias_grad(kept_grad_, coef);
 }
 
+void FusedLinear::drop_input() {
+  if (is_unset(kept_grad_)) input_ = Tensor();  // (diag(c) G)ᵀ A still needs A
+}
+
 void FusedLinear::release() {
   Layer::release();
   kept_grad_ = Tensor();

@@ -33,6 +33,7 @@ struct BackwardContext {
   double norm_scale = 1;       ///< factor of G in the norms
   Tensor norm_sq = {};         ///< [B] accumulator, the model's dtype
   bool all_grads = true;       ///< cleared by a layer that left Param::grad empty
+  bool last_pass = false;      ///< no later pass needs the inputs: each layer drops its input
 };
 
 /// A layer of a Sequential. forward caches what backward needs; backward returns dL/dx (empty
@@ -58,6 +59,8 @@ class Layer {
   virtual void bookkeeping_grads(const Tensor& coef);
   /// Drops cached activations and kept grads.
   virtual void release();
+  /// After the last backward pass: drops the cached input unless book-keeping still needs it.
+  virtual void drop_input() { input_ = Tensor(); }
   virtual std::unique_ptr<Layer> clone() const = 0;
 
  protected:
@@ -98,6 +101,7 @@ class FusedLinear : public Linear {
   Tensor backward(const Tensor& grad_out, BackwardContext& ctx) override;
   void bookkeeping_grads(const Tensor& coef) override;
   void release() override;
+  void drop_input() override;
   std::unique_ptr<Layer> clone() const override { return std::make_unique<FusedLinear>(*this); }
 
  private:

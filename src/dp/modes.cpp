@@ -71,7 +71,7 @@ bool all_of(const StepHooks& h, bool v) { return h.all_of ? h.all_of(v) : v; }
 DpGrads run_non_private(Sequential& model, const Tensor& x, const Tensor& y, const DpOptions& opt,
                         const StepHooks& hooks) {
   const Forward f = forward(model, x, y, opt, hooks);
-  BackwardContext ctx{.grads = true};
+  BackwardContext ctx{.grads = true, .last_pass = true};
   model.backward(f.loss.grad, ctx, hooks.layers);
   return {.grads = take_grads(model), .loss = f.loss.total};
 }
@@ -82,12 +82,16 @@ DpGrads run_one_pass(Sequential& model, const Tensor& x, const Tensor& y, const 
                      const StepHooks& hooks, bool per_sample) {
   const Forward f = forward(model, x, y, opt, hooks);
   BackwardContext ctx = norm_context(f, model.dtype());
+  ctx.last_pass = true;
   ctx.per_sample = per_sample;
   ctx.keep = !per_sample;
   model.backward(f.loss.grad, ctx, hooks.layers);
   DpGrads r{.loss = f.loss.total};
   finish_norms(r, ctx, opt);
-  for (std::size_t i = 0; i < model.size(); ++i) model.layer(i).bookkeeping_grads(r.coef);
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    model.layer(i).bookkeeping_grads(r.coef);
+    model.layer(i).release();  // what it kept is summed: free it before the next layer's sum
+  }
   r.grads = take_grads(model);
   return r;
 }
@@ -113,7 +117,7 @@ DpGrads run_two_pass(Sequential& model, const Tensor& x, const Tensor& y, const 
   });
   const bool done = grads_if_free && all_of(hooks, ctx.all_grads && none_clipped);
   if (!done) {
-    BackwardContext second{.grads = true};
+    BackwardContext second{.grads = true, .last_pass = true};
     model.backward(scale_samples(f.loss.grad, r.coef), second, hooks.layers);
   }
   r.grads = take_grads(model);

@@ -67,6 +67,7 @@ void Sequential::backward(const Tensor& grad_out, BackwardContext& ctx, const La
     ctx.input_grad = k > 0;
     if (hooks.before) hooks.before(k);
     g = layers_[k]->backward(g, ctx);
+    if (ctx.last_pass) layers_[k]->drop_input();
     if (hooks.after) hooks.after(k);
   }
 }
