@@ -12,17 +12,9 @@ void check_coef(const char* op, const Tensor& coef, std::int64_t batch, DType dt
                  "{}: coef is {}, expected {}[{}]", op, describe(coef), dtype, batch);
 }
 
-// G with row block i scaled by c_i.
-template <class S>
-RowMatrix<S> scaled_rows(const Tensor& g, const SeqDims& d, const Tensor& coef) {
-  RowMatrix<S> gs = Eigen::Map<const RowMatrix<S>>(g.data<S>(), d.batch * d.seq, d.features);
-  for (std::int64_t i = 0; i < d.batch; ++i) gs.middleRows(i * d.seq, d.seq) *= coef.data<S>()[i];
-  return gs;
-}
-
 }  // namespace
 
-Tensor clipped_weight_grad(const Tensor& a, const Tensor& g, const Tensor& coef) {
+Tensor clipped_weight_grad(const Tensor& a, Tensor g, const Tensor& coef) {
   perf::OpScope scope("bk_weight_grad");
   scope.input(a).input(g).input(coef);
   check_same_samples("clipped_weight_grad", a, g);
@@ -32,23 +24,17 @@ Tensor clipped_weight_grad(const Tensor& a, const Tensor& g, const Tensor& coef)
   Tensor w(Shape{dg.features, da.features}, a.dtype());
   visit_real(a.dtype(), "clipped_weight_grad", [&]<class S>(type_tag<S>) {
     const Eigen::Map<const RowMatrix<S>> am(a.data<S>(), da.batch * da.seq, da.features);
-    w.matrix<S>().noalias() = scaled_rows<S>(g, dg, coef).transpose() * am;
+    Eigen::Map<RowMatrix<S>> gs(g.data<S>(), dg.batch * dg.seq, dg.features);
+    for (std::int64_t i = 0; i < dg.batch; ++i)
+      gs.middleRows(i * dg.seq, dg.seq) *= coef.data<S>()[i];
+    w.matrix<S>().noalias() = gs.transpose() * am;
   });
   scope.flops(2.0 * static_cast<double>(da.batch * da.seq * da.features * dg.features)).output(w);
   return w;
 }
 
 Tensor clipped_bias_grad(const Tensor& g, const Tensor& coef) {
-  perf::OpScope scope("bk_bias_grad");
-  scope.input(g).input(coef);
-  const SeqDims d = seq_dims(g, "clipped_bias_grad", "g");
-  check_coef("clipped_bias_grad", coef, d.batch, g.dtype());
-  Tensor b(Shape{d.features}, g.dtype());
-  visit_real(g.dtype(), "clipped_bias_grad", [&]<class S>(type_tag<S>) {
-    b.vector<S>() = scaled_rows<S>(g, d, coef).colwise().sum().transpose();
-  });
-  scope.output(b);
-  return b;
+  return clipped_sum(per_sample_bias_grads(g), coef);
 }
 
 Tensor clipped_sum(const Tensor& per_sample, const Tensor& coef) {

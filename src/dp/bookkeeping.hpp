@@ -7,8 +7,9 @@ namespace meshtest::dp {
 
 /// Σ_i c_i G_iᵀA_i = (diag(c) G)ᵀ A, one GEMM over all B·T rows.
 ///   a: [B, d_in] or [B, T, d_in], g: [B, d_out] or [B, T, d_out], coef: [B]  ->  [d_out, d_in]
-/// One dtype (f32/f64) for all three; throws Error for mismatched B, T or dtype.
-Tensor clipped_weight_grad(const Tensor& a, const Tensor& g, const Tensor& coef);
+/// One dtype (f32/f64) for all three; throws Error for mismatched B, T or dtype. `g` is taken by
+/// value and scaled in place: move a G you no longer need into it to avoid a copy.
+Tensor clipped_weight_grad(const Tensor& a, Tensor g, const Tensor& coef);
 
 /// Σ_i c_i Σ_t g_it.   g: [B, d_out] or [B, T, d_out], coef: [B]  ->  [d_out]
 Tensor clipped_bias_grad(const Tensor& g, const Tensor& coef);

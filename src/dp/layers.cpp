@@ -178,8 +178,9 @@ void FusedLinear::bookkeeping_grads(const Tensor& coef) {
   if (is_unset(kept_grad_)) return Layer::bookkeeping_grads(coef);  // kept per-sample grads
   MESHTEST_CHECK(!is_unset(input_), "{}: book-keeping needs a backward with keep = true first",
                  params_[0].name);
-  params_[0].grad = clipped_weight_grad(input_, kept_grad_, coef);
   if (has_bias()) params_[1].grad = clipped_bias_grad(kept_grad_, coef);
+  params_[0].grad = clipped_weight_grad(input_, std::move(kept_grad_), coef);
+  kept_grad_ = Tensor();
 }
 
 void FusedLinear::drop_input() {
