@@ -212,6 +212,7 @@ int demo(int argc, char** argv, int rank, int np) {
         rows.size(), rows.size() - static_cast<std::size_t>(failed), failed, MPI_Wtime() - t0);
   }
   failed += demo_gpt_oss(mesh);
+  failed += demo_dpsgd(mesh);
   return failed == 0 ? 0 : 1;
 }
 

@@ -11,4 +11,8 @@ namespace meshtest::dist {
 /// the aggregated per-op perf table, e2e time and reports/demo/ (tools/demo_gpt_oss.cpp).
 int demo_gpt_oss(const MeshDevice& mesh);
 
+/// FSDP DP-SGD on the mesh against one device: parameter difference after 5 noisy steps,
+/// per-sample norms, mode time ratios (tools/demo_dpsgd.cpp).
+int demo_dpsgd(const MeshDevice& mesh);
+
 }  // namespace meshtest::dist

@@ -1,0 +1,327 @@
+// meshtest-bench dpsgd: step time and peak memory of every DP mode beside non_private, measured
+// in the same run, as ratios; single device or FSDP over the ranks of mpirun.
+//
+// Peak memory: this file interposes malloc/free (and the aligned and array forms) for the whole
+// meshtest-bench binary, counting live heap bytes (malloc_usable_size) and their peak. C++ new,
+// std::vector (tensors) and Eigen's temporaries all go through malloc, so every byte a mode
+// allocates is seen. The hooks cost two relaxed atomic adds per call.
+#include <fmt/format.h>
+#include <malloc.h>
+#include <mpi.h>
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/mesh/environment.hpp"
+#include "dist/mesh/mesh_device.hpp"
+#include "dist/mesh/mpi_check.hpp"
+#include "dist/parallel/fsdp.hpp"
+#include "src/core/file.hpp"
+#include "src/core/random.hpp"
+#include "src/dp/modes.hpp"
+#include "tools/mpi_subcommand.hpp"
+#include "tools/subcommand.hpp"
+
+// ----------------------------------------------------------------------------- allocation hook
+
+namespace {
+std::atomic<std::int64_t> g_live{0};
+std::atomic<std::int64_t> g_peak{0};
+
+void on_alloc(void* p) {
+  if (p == nullptr) return;
+  const auto n = static_cast<std::int64_t>(malloc_usable_size(p));
+  const std::int64_t now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
+  std::int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+void on_free(void* p) {
+  if (p != nullptr) {
+    g_live.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
+  }
+}
+}  // namespace
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void __libc_free(void*);
+
+void* malloc(std::size_t n) {
+  void* p = __libc_malloc(n);
+  on_alloc(p);
+  return p;
+}
+void free(void* p) {
+  on_free(p);
+  __libc_free(p);
+}
+void* calloc(std::size_t n, std::size_t s) {
+  void* p = __libc_calloc(n, s);
+  on_alloc(p);
+  return p;
+}
+void* realloc(void* old, std::size_t n) {
+  on_free(old);
+  void* p = __libc_realloc(old, n);
+  on_alloc(p != nullptr ? p : (n == 0 ? nullptr : old));
+  return p;
+}
+void* memalign(std::size_t a, std::size_t n) {
+  void* p = __libc_memalign(a, n);
+  on_alloc(p);
+  return p;
+}
+void* aligned_alloc(std::size_t a, std::size_t n) { return memalign(a, n); }
+int posix_memalign(void** out, std::size_t a, std::size_t n) {
+  *out = memalign(a, n);
+  return *out == nullptr && n != 0 ? 12 /* ENOMEM */ : 0;
+}
+}
+
+namespace meshtest::tools {
+namespace {
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+struct ModelSpec {
+  std::string name, spec, about;
+  std::int64_t in = 0;
+};
+
+std::string repeat(const std::string& unit, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + unit;
+  return s;
+}
+
+const std::vector<ModelSpec>& models() {
+  static const std::vector<ModelSpec> all = {
+      {"linear8", repeat("linear:1024", 8), "8 Linear layers, d_in = d_out = 1024", 1024},
+      {"mlp12", repeat("linear:768,gelu", 12), "12 x (Linear 768->768, GELU)", 768},
+  };
+  return all;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string t; std::getline(in, t, ',');) {
+    if (!t.empty()) out.push_back(t);
+  }
+  return out;
+}
+
+struct Sample {
+  double seconds = 0;
+  std::int64_t peak = 0;  // bytes: the step's peak above its start, plus weights and data
+};
+
+// One measured gradient computation of `mode` (forward, norms, clipping, clipped sum; no noise or
+// optimizer update, which cost the same in every private mode). Collective under FSDP.
+Sample measure(const dist::MeshDevice& mesh, const dp::Sequential& model, const std::string& mode,
+               const Tensor& x, const Tensor& y, double clip) {
+  const dp::DpSgdOptions opt{.mode = mode, .dp = {.clip = clip}, .noise = {}, .optimizer = {}};
+  std::optional<dp::PrivateModel> single;
+  std::optional<dist::FsdpDpSgd> fsdp;
+  std::int64_t resident = static_cast<std::int64_t>(x.nbytes() + y.nbytes());
+  if (mesh.size() == 1) {
+    single.emplace(model, mode, opt.dp);
+    for (const dp::Param* p : single->model().parameters()) resident += p->value.nbytes();
+  } else {
+    fsdp.emplace(mesh, model, opt);
+    for (const Tensor& s : fsdp->shards()) resident += s.nbytes();
+  }
+  MESHTEST_MPI(MPI_Barrier(mesh.comm()));
+  const std::int64_t base = g_live.load();
+  g_peak.store(base);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (single) {
+    single->compute(x, y);
+  } else {
+    fsdp->noisy_grads(x, y);
+  }
+  Sample s{.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+           .peak = g_peak.load() - base + resident};
+  MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.seconds, 1, MPI_DOUBLE, MPI_MAX, mesh.comm()));
+  MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.peak, 1, MPI_INT64_T, MPI_MAX, mesh.comm()));
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run(int argc, char** argv, const dist::Environment& env) {
+  po::options_description opts(
+      "meshtest-bench dpsgd: step time and peak memory of every DP mode beside non_private,\n"
+      "measured in the same run (modes interleaved per iteration), as ratios. Under mpirun -np N\n"
+      "each mode runs FSDP-sharded (the batch split by array_split). A step = forward, per-sample\n"
+      "norms, clipping and the clipped sum (noise and the update cost the same in every private\n"
+      "mode and are left out). Full run: --seq 64,256,1024,4096 (minutes)");
+  auto add = opts.add_options();
+  add("help,h", "print this help");
+  add("models", po::value<std::string>()->default_value("linear8,mlp12"),
+      "comma list: linear8 (8 Linear 1024x1024), mlp12 (12 x Linear 768 + GELU)");
+  add("seq", po::value<std::string>()->default_value("64,256"), "comma list of T");
+  add("modes", po::value<std::string>()->default_value("non_private,hooks,ghost,fused,fused_bk"),
+      "comma list of modes (non_private is always measured: it is the baseline)");
+  add("batch", po::value<std::int64_t>()->default_value(4), "global batch B");
+  add("iters", po::value<int>()->default_value(3), "measured iterations (median reported)");
+  add("warmup", po::value<int>()->default_value(1), "warm-up iterations");
+  add("dtype", po::value<std::string>()->default_value("f32"), "f32 or f64");
+  add("clip", po::value<double>()->default_value(1.0), "clip norm C");
+  add("json", po::value<std::string>(), "also write the results as JSON to FILE");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    if (env.rank() == 0) std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  std::vector<const ModelSpec*> picked;
+  for (const std::string& n : split_list(vm["models"].as<std::string>())) {
+    const auto it = std::find_if(models().begin(), models().end(),
+                                 [&](const ModelSpec& m) { return m.name == n; });
+    MESHTEST_CHECK(it != models().end(), "--models: unknown model '{}' (expected linear8, mlp12)",
+                   n);
+    picked.push_back(&*it);
+  }
+  std::vector<std::int64_t> seqs;
+  for (const std::string& t : split_list(vm["seq"].as<std::string>())) {
+    std::size_t used = 0;
+    std::int64_t v = 0;
+    try {
+      v = std::stoll(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MESHTEST_CHECK(used == t.size() && v > 0, "--seq: '{}' is not a T >= 1", t);
+    seqs.push_back(v);
+  }
+  std::vector<std::string> modes{"non_private"};
+  for (const std::string& m : split_list(vm["modes"].as<std::string>())) {
+    dp::find_mode(m);
+    if (m != "non_private") modes.push_back(m);
+  }
+  const std::int64_t batch = vm["batch"].as<std::int64_t>();
+  const int iters = vm["iters"].as<int>(), warmup = vm["warmup"].as<int>();
+  const DType dtype = dtype_from_name(vm["dtype"].as<std::string>());
+  MESHTEST_CHECK(
+      batch >= 1 && iters >= 1 && warmup >= 0 && (dtype == DType::f32 || dtype == DType::f64),
+      "--batch >= 1, --iters >= 1, --warmup >= 0, --dtype f32|f64; got {}, {}, {}, {}", batch,
+      iters, warmup, dtype);
+  const double clip = vm["clip"].as<double>();
+
+  const dist::MeshDevice mesh = dist::MeshDevice::line();
+  const bool root = mesh.device_id() == 0;
+  json rows = json::array();
+  if (root) {
+    fmt::print(
+        "meshtest-bench dpsgd: B = {}, {}, {} device(s){}, {} iterations; x med = median / median "
+        "of non_private, x best = fastest / fastest (robust on a shared machine)\n\n",
+        batch, dtype_name(dtype), mesh.size(), mesh.size() > 1 ? " (FSDP)" : "", iters);
+    fmt::print("{:<8} {:>5} {:<12} {:>10} {:>7} {:>7} {:>10} {:>7}\n", "model", "T", "mode",
+               "median ms", "x med", "x best", "peak MB", "x mem");
+  }
+  std::vector<std::string> verdicts;
+  for (const ModelSpec* ms : picked) {
+    const dp::Sequential model = dp::parse_model(ms->spec, ms->in, dtype, {.seed = 1});
+    for (const std::int64_t t : seqs) {
+      const Tensor xg = random_normal({batch, t, ms->in}, dtype, {.seed = 2});
+      const Tensor yg = random_normal({batch, t, model.out_features(ms->in)}, dtype, {.seed = 3});
+      const Range mine = split_range(batch, mesh.size(), mesh.device_id());
+      const Tensor x = xg.slice(0, mine), y = yg.slice(0, mine);
+      std::vector<std::vector<Sample>> samples(modes.size());
+      for (int it = 0; it < warmup + iters; ++it) {
+        for (std::size_t m = 0; m < modes.size(); ++m) {
+          const Sample s = measure(mesh, model, modes[m], x, y, clip);
+          if (it >= warmup) samples[m].push_back(s);
+        }
+      }
+      std::vector<double> ms_med(modes.size()), ms_min(modes.size());
+      std::int64_t peak0 = 0;
+      for (std::size_t m = 0; m < modes.size(); ++m) {
+        std::vector<double> secs;
+        std::int64_t peak = 0;
+        for (const Sample& s : samples[m]) {
+          secs.push_back(s.seconds * 1e3);
+          peak = std::max(peak, s.peak);
+        }
+        ms_med[m] = median(secs);
+        ms_min[m] = *std::min_element(secs.begin(), secs.end());
+        if (m == 0) peak0 = peak;
+        const double tr = ms_med[m] / ms_med[0], best = ms_min[m] / ms_min[0];
+        const double mr = static_cast<double>(peak) / static_cast<double>(peak0);
+        if (root) {
+          fmt::print("{:<8} {:>5} {:<12} {:>10.1f} {:>7.2f} {:>7.2f} {:>10.1f} {:>7.2f}\n",
+                     ms->name, t, modes[m], ms_med[m], tr, best, static_cast<double>(peak) / 1e6,
+                     mr);
+        }
+        rows.push_back({{"model", ms->name},
+                        {"T", t},
+                        {"mode", modes[m]},
+                        {"step_ms_median", ms_med[m]},
+                        {"step_ms_min", ms_min[m]},
+                        {"step_ms_max", *std::max_element(secs.begin(), secs.end())},
+                        {"time_ratio", tr},
+                        {"time_ratio_best", best},
+                        {"peak_bytes", peak},
+                        {"mem_ratio", mr}});
+        if (modes[m] == "fused_bk") {
+          verdicts.push_back(fmt::format(
+              "{} T={}: time x best {:.2f} ({} <= 1.15; x med {:.2f}), memory {:.2f} ({} <= 1.3)",
+              ms->name, t, best, best <= 1.15 ? "meets" : "misses", tr, mr,
+              mr <= 1.3 ? "meets" : "misses"));
+        }
+      }
+    }
+  }
+  if (root) {
+    fmt::print("\nfused_bk targets:\n");
+    for (const std::string& v : verdicts) fmt::print("  {}\n", v);
+    if (vm.count("json")) {
+      const json doc{{"bench", "dpsgd"},
+                     {"devices", mesh.size()},
+                     {"batch", batch},
+                     {"dtype", dtype_name(dtype)},
+                     {"iters", iters},
+                     {"warmup", warmup},
+                     {"clip", clip},
+                     {"rows", rows},
+                     {"fused_bk_targets", verdicts}};
+      const std::string text = doc.dump(2) + "\n";
+      const std::span<const std::byte> part(reinterpret_cast<const std::byte*>(text.data()),
+                                            text.size());
+      write_file_atomic(vm["json"].as<std::string>(), std::span(&part, 1));
+      fmt::print("wrote {}\n", vm["json"].as<std::string>());
+    }
+  }
+  return 0;
+}
+
+int bench_dpsgd_main(int argc, char** argv) {
+  return mpi_subcommand("meshtest-bench dpsgd", argc, argv, run);
+}
+
+const RegisterSubcommand reg{
+    {"dpsgd", "DP modes' step time and peak memory as ratios to non_private", &bench_dpsgd_main}};
+
+}  // namespace
+}  // namespace meshtest::tools

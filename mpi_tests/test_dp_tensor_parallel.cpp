@@ -1,0 +1,93 @@
+// Tensor-parallel DP: a column-parallel last Linear; partial squared norms all-reduced once
+// (B values) equal the single-device per-sample norms; clipped grads equal the single device's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/dp_tensor_parallel.hpp"
+#include "src/core/random.hpp"
+#include "src/perf/profiler.hpp"
+#include "tests/support/dp_reference.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using test_support::rel_err;
+
+struct Case {
+  std::string spec;
+  std::int64_t din, out, batch, seq;
+  dp::Reduction reduction;
+};
+
+void run_case(const MeshDevice& mesh, const Case& c) {
+  const std::string l = fmt::format("{} B={} T={} {} np={}", c.spec, c.batch, c.seq,
+                                    dp::reduction_name(c.reduction), mesh.size());
+  const dp::Sequential full = dp::parse_model(c.spec, c.din, DType::f64, {.seed = 31});
+  const Shape xs = c.seq == 0 ? Shape{c.batch, c.din} : Shape{c.batch, c.seq, c.din};
+  const Tensor x = random_normal(xs, DType::f64, {.seed = 32});
+  const Tensor y = random_normal(xs.with(xs.rank() - 1, c.out), DType::f64, {.seed = 33});
+  dp::DpOptions opt{.clip = 1, .reduction = c.reduction};
+  // Reference: per-sample gradients instantiated (hooks) on one device; C = the median norm.
+  const dp::DpGrads probe = dp::PrivateModel(full, "hooks", opt).compute(x, y);
+  std::vector<double> sorted(probe.norms.span<double>().begin(), probe.norms.span<double>().end());
+  std::sort(sorted.begin(), sorted.end());
+  opt.clip = sorted[sorted.size() / 2];
+  const dp::DpGrads ref = dp::PrivateModel(full, "hooks", opt).compute(x, y);
+
+  ColumnParallelModel tp = split_last_linear(mesh, full);
+  const Range rows = split_range(c.out, mesh.size(), mesh.device_id());
+  perf::Session session;
+  const TpDpGrads got = tp_clipped_grads(mesh, tp, x, y.slice(y.rank() - 1, rows), opt);
+  std::vector<std::int64_t> reduced;
+  for (const auto& rec : perf::records()) {
+    if (rec.op_code == "all_reduce_inplace") reduced.push_back(rec.inputs.at(0).shape.numel());
+  }
+  // One all_reduce of the B partial norms (plus the head's input grad when there is a prefix).
+  EXPECT_EQ(std::count(reduced.begin(), reduced.end(), c.batch), 1) << l;
+  EXPECT_EQ(reduced.size(), tp.prefix.size() > 0 ? 2u : 1u) << l;
+
+  EXPECT_LE(rel_err(got.norms, ref.norms), 1e-10) << l;
+  EXPECT_LE(rel_err(got.coef, ref.coef), 1e-10) << l;
+  const std::size_t np = got.prefix_grads.size();
+  for (std::size_t p = 0; p < np; ++p)
+    EXPECT_LE(rel_err(got.prefix_grads[p], ref.grads[p]), 1e-10) << l;
+  for (std::size_t p = 0; p < got.head_grads.size(); ++p) {
+    EXPECT_LE(rel_err(got.head_grads[p], ref.grads[np + p].slice(0, rows)), 1e-10)
+        << l << " head " << p;
+  }
+}
+
+TEST(DpTensorParallel, PartialNormsAllReducedEqualSingleDevice) {
+  const MeshDevice mesh = MeshDevice::line();
+  run_case(mesh, {"linear:6,gelu,rmsnorm,linear:7", 5, 7, 4, 3, dp::Reduction::mean});
+  run_case(mesh, {"rmsnorm,linear:9", 5, 9, 5, 0, dp::Reduction::sum});
+  run_case(mesh, {"linear:11", 4, 11, 3, 6, dp::Reduction::mean});  // no replicated prefix
+}
+
+TEST(DpTensorParallel, ReplicatedNormsCountedOnce) {
+  // Had every device added the replicated prefix's norms, they would count N times: the norms
+  // would differ from the single device's as soon as N > 1. Checked through the same path.
+  const MeshDevice mesh = MeshDevice::line();
+  run_case(mesh, {"linear:6,relu,linear:2", 3, 2, 4, 2, dp::Reduction::sum});
+}
+
+TEST(DpTensorParallel, BadInput) {
+  const MeshDevice mesh = MeshDevice::line();
+  const dp::Sequential full = dp::parse_model("linear:6,relu,linear:4", 3, DType::f64, {.seed = 1});
+  ColumnParallelModel tp = split_last_linear(mesh, full);
+  const Range rows = split_range(4, mesh.size(), mesh.device_id());
+  const Tensor x = random_normal({2, 3}, DType::f64, {.seed = 2});
+  const Tensor y = random_normal({2, rows.size}, DType::f64, {.seed = 3});
+  EXPECT_THROW(tp_clipped_grads(mesh, tp, x, y, {.clip = 1, .loss = dp::LossKind::ce}), Error);
+  EXPECT_THROW(tp_clipped_grads(mesh, tp, x, y, {.clip = -1}), Error);
+  EXPECT_THROW(tp_clipped_grads(mesh, tp, random_normal({2, 4}, DType::f64, {}), y, {}), Error);
+  EXPECT_THROW(split_last_linear(mesh, dp::parse_model("linear:3,relu", 3, DType::f64)), Error);
+}
+
+}  // namespace
+}  // namespace meshtest::dist

@@ -1,0 +1,332 @@
+// DP modes: the registry, wrapping, and every private mode against the one-sample-at-a-time
+// reference (norms, clip coefficients, clipped sums) over models, losses and reductions.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "src/core/random.hpp"
+#include "src/dp/dp_sgd.hpp"
+#include "src/dp/modes.hpp"
+#include "src/dp/real.hpp"
+#include "tests/support/dp_reference.hpp"
+#include "tests/support/expect_error.hpp"
+
+namespace meshtest::dp {
+namespace {
+
+using test_support::as_tensor;
+using test_support::dp_reference;
+using test_support::expect_error;
+using test_support::rel_err;
+
+const std::vector<std::string> kPrivate = {"hooks", "ghost", "fused", "fused_bk"};
+
+// A batch for a model: x [B, (T,) din]; y mse targets or ce classes.
+struct Batch {
+  Tensor x, y;
+};
+
+Batch make_batch(const Sequential& m, std::int64_t b, std::int64_t t, std::int64_t din,
+                 LossKind loss, DType dt, std::uint64_t seed) {
+  const Shape xs = t == 0 ? Shape{b, din} : Shape{b, t, din};
+  Batch r{.x = random_normal(xs, dt, {.seed = seed}), .y = {}};
+  const std::int64_t out = m.out_features(din);
+  if (loss == LossKind::mse) {
+    r.y = random_normal(xs.with(xs.rank() - 1, out), dt, {.seed = seed + 1});
+  } else {
+    r.y = random_integers(t == 0 ? Shape{b} : Shape{b, t}, DType::i64, {.seed = seed + 1}, 0,
+                          out - 1);
+  }
+  return r;
+}
+
+// C = the median norm: about half the samples are clipped.
+double median_clip(const Sequential& m, const Batch& bt, DpOptions opt) {
+  std::vector<double> n = dp_reference(m, bt.x, bt.y, opt).norms;
+  std::sort(n.begin(), n.end());
+  return n[n.size() / 2];
+}
+
+struct ModelCase {
+  std::string spec;
+  std::int64_t din, batch, seq;
+  LossKind loss;
+};
+
+const std::vector<ModelCase> kModels = {
+    {"linear:6,relu,linear:4", 5, 5, 3, LossKind::mse},
+    {"linear:6,gelu,rmsnorm,linear:4", 5, 4, 0, LossKind::ce},
+    {"linear:3,gelu,linear:3,relu,linear:2", 2, 4, 9, LossKind::ce},  // direct (2T² > d_in d_out)
+    {"rmsnorm,linear:7,gelu,linear:5,rmsnorm", 4, 3, 2, LossKind::mse},
+    // direct with d_in > T (fused_bk keeps G) then direct with d_in <= T (keeps A_iᵀG_i)
+    {"linear:2,relu,linear:3", 10, 3, 4, LossKind::mse},
+};
+
+std::string label(const ModelCase& c, const std::string& mode, Reduction r) {
+  return fmt::format("{} din={} B={} T={} loss={} reduction={} mode={}", c.spec, c.din, c.batch,
+                     c.seq, loss_name(c.loss), reduction_name(r), mode);
+}
+
+TEST(TestGradSampleModuleFSDPFuse, GsmClassRegistration) {
+  EXPECT_EQ(mode_names(),
+            (std::vector<std::string>{"fused", "fused_bk", "ghost", "hooks", "non_private"}));
+  EXPECT_EQ(find_mode("fused_bk").name, "fused_bk");
+  EXPECT_TRUE(find_mode("fused").fused_layers);
+  EXPECT_FALSE(find_mode("ghost").fused_layers);
+  expect_error([] { find_mode("flash_fsdp"); },
+               {"unknown DP mode 'flash_fsdp'", "fused, fused_bk, ghost, hooks, non_private"});
+  expect_error(
+      [] {
+        register_mode({"ghost", "again", false, find_mode("ghost").run});
+      },
+      {"already registered"});
+  register_mode({"ghost_alias", "ghost under another name", false, find_mode("ghost").run});
+  EXPECT_EQ(find_mode("ghost_alias").summary, "ghost under another name");
+}
+
+TEST(TestGradSampleModuleFSDPFuse, EveryModeWrapsAModel) {
+  const Sequential m = parse_model("linear:6,relu,linear:4", 5, DType::f64, {.seed = 1});
+  for (const char* mode : {"non_private", "hooks", "ghost", "fused", "fused_bk"}) {
+    PrivateModel pm(m, mode, {});
+    EXPECT_EQ(pm.mode().name, mode);
+    EXPECT_EQ(fused_modules(pm.model()).size(), find_mode(mode).fused_layers ? 2u : 0u) << mode;
+    for (std::size_t i = 0; i < m.parameters().size(); ++i) {
+      EXPECT_TRUE(pm.model().parameters()[i]->value.bitwise_equal(m.parameters()[i]->value))
+          << mode;
+    }
+  }
+  expect_error([&] { PrivateModel(m, "flash", {}); }, {"unknown DP mode 'flash'"});
+}
+
+TEST(TestPerformanceComparison, AllModesConsistency) {
+  // Every private mode's norms, clip coefficients and clipped sum against the reference built
+  // from each sample's gradient alone, f64, 1e-10 relative.
+  for (const ModelCase& c : kModels) {
+    const Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 7});
+    const Batch bt = make_batch(m, c.batch, c.seq, c.din, c.loss, DType::f64, 8);
+    for (Reduction red : {Reduction::mean, Reduction::sum}) {
+      DpOptions opt{.clip = 1, .loss = c.loss, .reduction = red};
+      opt.clip = median_clip(m, bt, opt);
+      const auto ref = dp_reference(m, bt.x, bt.y, opt);
+      for (const std::string& mode : kPrivate) {
+        PrivateModel pm(m, mode, opt);
+        const DpGrads g = pm.compute(bt.x, bt.y);
+        const std::string l = label(c, mode, red);
+        EXPECT_LE(rel_err(g.norms, as_tensor(ref.norms)), 1e-10) << l;
+        EXPECT_LE(rel_err(g.coef, as_tensor(ref.coef)), 1e-10) << l;
+        ASSERT_EQ(g.grads.size(), ref.clipped.size()) << l;
+        for (std::size_t p = 0; p < g.grads.size(); ++p) {
+          EXPECT_LE(rel_err(g.grads[p], ref.clipped[p]), 1e-10) << l << " param " << p;
+        }
+      }
+    }
+  }
+}
+
+TEST(TestPerformanceComparison, AllModesConsistencyF32) {
+  const ModelCase c = kModels[1];
+  const Sequential m64 = parse_model(c.spec, c.din, DType::f64, {.seed = 7});
+  const Sequential m32 = parse_model(c.spec, c.din, DType::f32, {.seed = 7});
+  const Batch b64 = make_batch(m64, c.batch, 5, c.din, c.loss, DType::f64, 8);
+  const Batch b32{.x = b64.x.astype(DType::f32), .y = b64.y};
+  DpOptions opt{.clip = 1, .loss = c.loss, .reduction = Reduction::mean};
+  opt.clip = median_clip(m32, b32, opt);
+  const auto ref = dp_reference(m32, b32.x, b32.y, opt);
+  for (const std::string& mode : kPrivate) {
+    const DpGrads g = PrivateModel(m32, mode, opt).compute(b32.x, b32.y);
+    EXPECT_LE(rel_err(g.norms, as_tensor(ref.norms)), 1e-5) << mode;
+    for (std::size_t p = 0; p < g.grads.size(); ++p) {
+      EXPECT_LE(rel_err(g.grads[p], ref.clipped[p]), 1e-5) << mode << " param " << p;
+    }
+  }
+}
+
+TEST(TestPerformanceComparison, FuseBkLossReductionModes) {
+  // Norms are those of each sample's own loss under both reductions; mean = sum / B.
+  const ModelCase c = kModels[0];
+  const Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 3});
+  const Batch bt = make_batch(m, c.batch, c.seq, c.din, c.loss, DType::f64, 4);
+  for (const std::string& mode : kPrivate) {
+    const DpGrads mean =
+        PrivateModel(m, mode, {.clip = 0.5, .reduction = Reduction::mean}).compute(bt.x, bt.y);
+    const DpGrads sum =
+        PrivateModel(m, mode, {.clip = 0.5, .reduction = Reduction::sum}).compute(bt.x, bt.y);
+    EXPECT_LE(rel_err(mean.norms, sum.norms), 1e-12) << mode;
+    for (std::size_t p = 0; p < sum.grads.size(); ++p) {
+      Tensor scaled = sum.grads[p];
+      scaled.vector<double>() /= static_cast<double>(c.batch);
+      EXPECT_LE(rel_err(mean.grads[p], scaled), 1e-12) << mode;
+    }
+  }
+}
+
+TEST(TestPerformanceComparison, FusedWithoutClippingEqualsNonPrivate) {
+  // A large C clips nothing: fused uses its first pass's fused gradients; all equal non_private.
+  for (const ModelCase& c : {kModels[2], kModels[0]}) {
+    const Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 5});
+    const Batch bt = make_batch(m, c.batch, c.seq, c.din, c.loss, DType::f64, 6);
+    const DpOptions opt{.clip = 1e6, .loss = c.loss};
+    const DpGrads plain = PrivateModel(m, "non_private", opt).compute(bt.x, bt.y);
+    EXPECT_TRUE(is_unset(plain.norms) || plain.norms.numel() == 0);
+    for (const std::string& mode : kPrivate) {
+      const DpGrads g = PrivateModel(m, mode, opt).compute(bt.x, bt.y);
+      for (std::size_t p = 0; p < g.grads.size(); ++p) {
+        EXPECT_LE(rel_err(g.grads[p], plain.grads[p]), 1e-12) << c.spec << " " << mode;
+      }
+    }
+  }
+}
+
+TEST(TestGradSampleModuleFSDPFuse, ForwardBackwardNormsAndClippingCoef) {
+  // A training loop (SGD): at every step, each mode's norms and coefficients equal the
+  // reference on the model's current weights.
+  const ModelCase c = kModels[3];
+  const Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 9});
+  for (const std::string& mode : kPrivate) {
+    DpSgd opt(m, {.mode = mode,
+                  .dp = {.clip = 0.3, .loss = c.loss},
+                  .noise = {},
+                  .optimizer = {.lr = 0.05}});
+    for (int step = 0; step < 3; ++step) {
+      const Batch bt = make_batch(m, c.batch, c.seq, c.din, c.loss, DType::f64, 100 + step);
+      const auto ref = dp_reference(opt.model(), bt.x, bt.y, {.clip = 0.3, .loss = c.loss});
+      const StepReport r = opt.step(bt.x, bt.y);
+      EXPECT_LE(rel_err(r.norms, as_tensor(ref.norms)), 1e-10) << mode << " step " << step;
+      EXPECT_LE(rel_err(r.coef, as_tensor(ref.coef)), 1e-10) << mode << " step " << step;
+    }
+  }
+}
+
+TEST(TestPerformanceComparison, FuseBkMultipleIterations) {
+  // 10 DP-SGD steps with noise and Adam: every private mode keeps the same parameters as
+  // hooks (per-sample gradients instantiated), and the first step equals a by-hand SGD step.
+  const ModelCase c = kModels[1];
+  const Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 13});
+  const DpSgdOptions base{.mode = "hooks",
+                          .dp = {.clip = 0.2, .loss = c.loss},
+                          .noise = {.sigma = 0.7, .seed = 42},
+                          .optimizer = {.kind = OptimizerKind::adam, .lr = 0.01}};
+  std::vector<Sequential> finals;
+  for (const std::string& mode : kPrivate) {
+    DpSgdOptions o = base;
+    o.mode = mode;
+    DpSgd run(m, o);
+    for (int step = 0; step < 10; ++step) {
+      const Batch bt = make_batch(m, c.batch, c.seq, c.din, c.loss, DType::f64, 200 + step);
+      run.step(bt.x, bt.y);
+    }
+    finals.push_back(run.model());
+  }
+  for (std::size_t k = 1; k < finals.size(); ++k) {
+    const auto want = finals[0].parameters();
+    const auto got = finals[k].parameters();
+    for (std::size_t p = 0; p < want.size(); ++p) {
+      EXPECT_LE(rel_err(got[p]->value, want[p]->value), 1e-10)
+          << kPrivate[k] << " " << want[p]->name;
+    }
+  }
+}
+
+TEST(TestPerformanceComparison, OneSgdStepByHand) {
+  const ModelCase c = kModels[0];
+  const Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 17});
+  const Batch bt = make_batch(m, c.batch, c.seq, c.din, c.loss, DType::f64, 18);
+  const double lr = 0.1, sigma = 0.5, clip = 0.4;
+  const auto ref = dp_reference(m, bt.x, bt.y, {.clip = clip});
+  DpSgd run(m, {.mode = "fused_bk",
+                .dp = {.clip = clip},
+                .noise = {.sigma = sigma, .seed = 3},
+                .optimizer = {.lr = lr}});
+  run.step(bt.x, bt.y);
+  const auto before = m.parameters();
+  const auto after = run.model().parameters();
+  for (std::size_t p = 0; p < before.size(); ++p) {
+    Tensor want = before[p]->value;
+    const RandomKey key{.seed = 3, .stream = p};  // step 0: stream = (0 << 32) | p
+    for (std::int64_t j = 0; j < want.numel(); ++j) {
+      const double noisy = ref.clipped[p].item(j) + sigma * clip * normal_at(key, j) / c.batch;
+      want.data<double>()[j] -= lr * noisy;
+    }
+    EXPECT_LE(rel_err(after[p]->value, want), 1e-12) << before[p]->name;
+  }
+}
+
+TEST(TestPerformanceComparison, GradientsMatchFiniteDifferences) {
+  // The model's backward (Linear, GELU, ReLU, RMSNorm, mse and ce) against central differences.
+  for (const ModelCase& c : kModels) {
+    Sequential m = parse_model(c.spec, c.din, DType::f64, {.seed = 21});
+    const Batch bt = make_batch(m, 2, c.seq, c.din, c.loss, DType::f64, 22);
+    const DpOptions opt{.loss = c.loss, .reduction = Reduction::sum};
+    const DpGrads g = PrivateModel(m, "non_private", opt).compute(bt.x, bt.y);
+    const auto params = m.parameters();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      for (std::int64_t j = 0; j < params[p]->value.numel(); j += 3) {
+        const double v = params[p]->value.item(j), h = 1e-5;
+        params[p]->value.data<double>()[j] = v + h;
+        const double lp = PrivateModel(m, "non_private", opt).compute(bt.x, bt.y).loss;
+        params[p]->value.data<double>()[j] = v - h;
+        const double lm = PrivateModel(m, "non_private", opt).compute(bt.x, bt.y).loss;
+        params[p]->value.data<double>()[j] = v;
+        EXPECT_NEAR(g.grads[p].item(j), (lp - lm) / (2 * h),
+                    1e-6 * (1 + std::abs(g.grads[p].item(j))))
+            << c.spec << " " << params[p]->name << "[" << j << "]";
+      }
+    }
+  }
+}
+
+TEST(TestPerformanceComparison, EmptyBatch) {
+  // B = 0: no norms, zero clipped sum, noise still added, nothing divided by zero.
+  const Sequential m = parse_model("linear:3,relu,linear:2", 4, DType::f64, {.seed = 1});
+  for (const std::string& mode : kPrivate) {
+    const DpGrads g = PrivateModel(m, mode, {})
+                          .compute(Tensor({0, 5, 4}, DType::f64), Tensor({0, 5, 2}, DType::f64));
+    EXPECT_EQ(g.norms.shape(), Shape{0});
+    for (const Tensor& t : g.grads) EXPECT_EQ(test_support::sum_sq(t), 0.0) << mode;
+    DpSgd run(m, {.mode = mode, .dp = {}, .noise = {.sigma = 1.0, .seed = 1}, .optimizer = {}});
+    run.step(Tensor({0, 4}, DType::f64), Tensor({0, 2}, DType::f64));
+    const auto before = m.parameters();
+    const auto after = run.model().parameters();
+    const RandomKey key{.seed = 1, .stream = 0};
+    EXPECT_DOUBLE_EQ(after[0]->value.item(0), before[0]->value.item(0) - 0.1 * normal_at(key, 0))
+        << mode;
+  }
+}
+
+TEST(TestPerformanceComparison, BadInput) {
+  const Sequential m = parse_model("linear:3,relu,linear:2", 4, DType::f64, {.seed = 1});
+  const Tensor x = random_normal({3, 2, 4}, DType::f64, {.seed = 1});
+  const Tensor y = random_normal({3, 2, 2}, DType::f64, {.seed = 2});
+  expect_error([&] { PrivateModel(m, "hooks", {.clip = 0}); }, {"C > 0"});
+  expect_error([&] { PrivateModel(m, "hooks", {.clip = -1}); }, {"C > 0"});
+  expect_error(
+      [&] { DpSgd(m, {.mode = "hooks", .dp = {}, .noise = {.sigma = -1}, .optimizer = {}}); },
+      {"sigma >= 0"});
+  PrivateModel pm(m, "fused_bk", {});
+  expect_error(
+      [&] {
+        pm.compute(Tensor({3, 0, 4}, DType::f64), Tensor({3, 0, 2}, DType::f64));
+      },
+      {"T = 0"});
+  expect_error(
+      [&] {
+        pm.compute(random_normal({3, 2, 5}, DType::f64, {}), y);
+      },
+      {"input has 5 features, expected 4"});
+  expect_error([&] { pm.compute(x, y.slice(2, 0, 1)); }, {"mse targets", "f64[3, 2, 2]"});
+  expect_error([&] { pm.compute(x.astype(DType::f32), y); },
+               {"inputs are f32 but the model is f64"});
+  PrivateModel ce(m, "ghost", {.loss = LossKind::ce});
+  expect_error(
+      [&] {
+        ce.compute(x, random_integers({3, 2}, DType::i64, {}, 0, 5));
+      },
+      {"outside [0, 2)"});
+  expect_error([&] { ce.compute(x, y); }, {"ce targets"});
+  expect_error([] { loss_from_name("l1"); }, {"unknown loss 'l1'"});
+  expect_error([] { reduction_from_name("avg"); }, {"unknown loss reduction 'avg'"});
+}
+
+}  // namespace
+}  // namespace meshtest::dp
