@@ -58,6 +58,19 @@ TEST_P(TpModel, TpOnAxisZero) {
   expect_model_matches(c, RandomInit{4}, DType::f32, {.tp_axis = 0});
 }
 
+TEST_P(TpModel, PositionsNeedNoCommunication) {
+  // The model knows each device's first position from its token split: its only all_gathers
+  // are those of keys and values (two per layer, none when the tokens are not split).
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const TransformerWeights full = init_transformer_weights(c, DType::f32, RandomInit{9});
+  const TpTransformerWeights shard =
+      shard_transformer_weights(weight_source(full, c), c, tp_rank(mesh()));
+  const std::int64_t gathers =
+      tp_test::count_ccl("all_gather", [&] { tp_transformer(mesh(), kTokens, shard, c); });
+  EXPECT_EQ(gathers, mesh().axis_size(0) > 1 ? 2 * c.num_hidden_layers : 0);
+}
+
 TEST_P(TpModel, CheckpointShardReadsEqualSlicesOfTheFullWeights) {
   // Each rank writes its own copy (MXFP4 experts, bf16 tensors, f32 norm scales) and reads only
   // its shard: bit-equal to slicing the fully read weights.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/mesh/mesh_device.hpp"
@@ -18,6 +19,7 @@
 #include "src/core/random.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/gpt_oss_weights.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest::dist::tp_test {
 
@@ -44,6 +46,18 @@ inline bool tp_divides(const GptOssConfig& c, const MeshDevice& mesh, int axis =
   const int tp = mesh.axis_size(axis);
   return c.num_attention_heads % tp == 0 && c.num_key_value_heads % tp == 0 &&
          c.intermediate_size % tp == 0;
+}
+
+/// Runs f() under a profiler session and returns how many CCL records it left with op code
+/// `op` ("all_gather", "all_reduce", ...) on this device.
+template <class F>
+std::int64_t count_ccl(std::string_view op, F&& f) {
+  const perf::Session session;
+  f();
+  const std::vector<perf::OpRecord> rs = perf::records();
+  return std::count_if(rs.begin(), rs.end(), [&](const perf::OpRecord& r) {
+    return r.op_type == perf::OpType::ccl && r.op_code == op;
+  });
 }
 
 /// PCC threshold: 0.99999 for f32, 0.99 for bf16.
