@@ -1,7 +1,7 @@
 // test_tp_model: the tensor-parallel tiny gpt-oss model (vocab-parallel embedding and
 // unembedding, TP blocks, tokens split over the other axis) against the single-device
-// transformer, on every mesh shape of the world, constant and random weights, f32 and bf16;
-// TP on axis 0 too; bad tokens give the same clear error on every device.
+// transformer by PCC and max abs error, on every mesh shape of the world, constant and random
+// weights, f32 and bf16; TP on axis 0 too; bad tokens give the same clear error on every device.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -21,14 +21,13 @@ namespace {
 using test_support::expect_error;
 using tp_test::config;
 using tp_test::init_name;
-using tp_test::threshold;
 using tp_test::tp_divides;
 
 const std::vector<std::int64_t> kTokens{3, 17, 127, 0, 64, 17, 5, 99, 42, 8, 1};
 
 class TpModel : public testing::MeshShapeTest {
  protected:
-  /// The TP model on kTokens against transformer(); logs "PCC model ...".
+  /// The TP model on kTokens against transformer() by PCC and max abs error; logs "PCC model ...".
   void expect_model_matches(const GptOssConfig& c, const WeightInit& init, DType dtype,
                             const TpOptions& o) {
     const TransformerWeights full = init_transformer_weights(c, dtype, init);
@@ -36,17 +35,12 @@ class TpModel : public testing::MeshShapeTest {
         shard_transformer_weights(weight_source(full, c), c, tp_rank(mesh(), o));
     const std::string label =
         fmt::format("model tp_axis {} {} {}", o.tp_axis, init_name(init), dtype_name(dtype));
-    const Comparison cmp = testing::expect_matches_single_device(
+    tp_test::expect_tp_matches_full(
         mesh(), {}, [&](const std::vector<Tensor>&) { return transformer(kTokens, full, c); },
-        [&](const MeshDevice& m, const std::vector<Tensor>&) {
-          return tp_transformer(m, kTokens, shard, c, {}, o);
+        [&](const std::vector<Tensor>&) {
+          return tp_transformer(mesh(), kTokens, shard, c, {}, o);
         },
-        tp_logits_placements(o),
-        {.metric = Metric::pcc, .threshold = threshold(dtype), .label = label});
-    if (mesh().device_id() == 0) {
-      fmt::print("PCC {:<34} mesh {:<4} {:.9f} {}\n", label, mesh().str(), cmp.value,
-                 cmp.passed ? "ok" : "FAIL");
-    }
+        tp_logits_placements(o), dtype, label);
   }
 };
 
@@ -62,6 +56,19 @@ TEST_P(TpModel, TpOnAxisZero) {
   const GptOssConfig c = config();
   if (!tp_divides(c, mesh(), 0)) GTEST_SKIP() << "axis-0 size does not divide the heads";
   expect_model_matches(c, RandomInit{4}, DType::f32, {.tp_axis = 0});
+}
+
+TEST_P(TpModel, PositionsNeedNoCommunication) {
+  // The model knows each device's first position from its token split: its only all_gathers
+  // are those of keys and values (two per layer, none when the tokens are not split).
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads: see BadTpSize";
+  const TransformerWeights full = init_transformer_weights(c, DType::f32, RandomInit{9});
+  const TpTransformerWeights shard =
+      shard_transformer_weights(weight_source(full, c), c, tp_rank(mesh()));
+  const std::int64_t gathers =
+      tp_test::count_ccl("all_gather", [&] { tp_transformer(mesh(), kTokens, shard, c); });
+  EXPECT_EQ(gathers, mesh().axis_size(0) > 1 ? 2 * c.num_hidden_layers : 0);
 }
 
 TEST_P(TpModel, CheckpointShardReadsEqualSlicesOfTheFullWeights) {

@@ -1,4 +1,5 @@
-// The profiler's OpScope: records, leaf-only nesting, signposts, exceptions, off by default.
+// The profiler's OpScope: records, leaf-only nesting (at any depth), signposts, exceptions, off
+// by default.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -69,6 +70,30 @@ TEST(Profiler, OnlyLeafScopesAreRecordedInCallOrder) {
       EXPECT_GE(r[i].start_ns, r[i - 1].end_ns);
     }
   }
+}
+
+TEST(Profiler, AGrandparentCompositeIsNotRecordedOnlyItsLeaves) {
+  // model > block > {attention > {linear, sdpa}, add}: the composites two and three levels
+  // above a leaf (block, model) are not recorded, nor is attention; a sibling leaf of a
+  // composite (add) is.
+  Session session;
+  {
+    OpScope model("model");
+    {
+      OpScope block("block");
+      {
+        OpScope attention("attention");
+        { OpScope a("linear"); }
+        { OpScope b("sdpa"); }
+      }
+      { OpScope c("add"); }
+    }
+  }
+  const auto r = records();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].op_code, "linear");
+  EXPECT_EQ(r[1].op_code, "sdpa");
+  EXPECT_EQ(r[2].op_code, "add");
 }
 
 TEST(Profiler, AThrowingOpIsNotRecorded) {

@@ -24,7 +24,7 @@ namespace {
 
 // Position of this device's first token: the token counts of the devices before it on the
 // token axis, summed (one small all_gather; none on a 1-device axis).
-std::int64_t token_offset(const MeshDevice& mesh, std::int64_t local_tokens, int axis) {
+std::int64_t gather_token_offset(const MeshDevice& mesh, std::int64_t local_tokens, int axis) {
   if (mesh.axis_size(axis) == 1) return 0;
   const Tensor mine = Tensor::from_vector<std::int64_t>(Shape{1}, {local_tokens});
   const Tensor all = all_gather(mesh, mine, {.dim = 0, .axis = axis});
@@ -59,6 +59,13 @@ void check_activation(std::string_view op, const Tensor& x, std::int64_t hidden)
                       hidden < 0 ? std::string() : fmt::format(" = {}", hidden));
 }
 
+void check_token_offset(std::string_view op, std::optional<std::int64_t> token_offset) {
+  MESHTEST_DIST_CHECK(!token_offset || *token_offset >= 0,
+                      "{}: token_offset is {}, expected the position of this device's first "
+                      "token (>= 0) or none",
+                      op, token_offset.value_or(0));
+}
+
 }  // namespace
 
 int token_axis(const TpOptions& o) {
@@ -85,18 +92,21 @@ Placements tp_logits_placements(const TpOptions& o) {
 }
 
 Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const AttentionWeights& w,
-                          const AttentionParams& p, const TpOptions& o) {
+                          const AttentionParams& p, const TpOptions& o,
+                          std::optional<std::int64_t> token_offset) {
   perf::OpScope scope("tp_attention_block");
   const int tokens_axis = token_axis(o);
   const AttentionParams local = local_attention_params(p, mesh.axis_size(o.tp_axis));
   check_on_all(mesh, "tp_attention_block", [&] {
     check_activation("tp_attention_block", x, -1);
     check_attention(w, local, x.shape()[1], x.dtype());
+    check_token_offset("tp_attention_block", token_offset);
   });
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
   Qkv qkv = split_qkv(linear(t, w.qkv_weight, w.qkv_bias), local.num_heads, local.num_kv_heads,
                       local.head_dim);
-  const std::int64_t offset = token_offset(mesh, x.shape()[0], tokens_axis);
+  const std::int64_t offset =
+      token_offset ? *token_offset : gather_token_offset(mesh, x.shape()[0], tokens_axis);
   auto [q, k] = rope(qkv.q, qkv.k, p.rope, offset);
   Tensor v = std::move(qkv.v);
   if (mesh.axis_size(tokens_axis) > 1) {
@@ -126,13 +136,16 @@ Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w
 }
 
 Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const BlockWeights& w,
-                            const GptOssConfig& c, std::int64_t layer, const TpOptions& o) {
+                            const GptOssConfig& c, std::int64_t layer, const TpOptions& o,
+                            std::optional<std::int64_t> token_offset) {
   perf::OpScope scope("tp_transformer_block");
   token_axis(o);
   check_tp_config(c, mesh.axis_size(o.tp_axis));
-  check_on_all(mesh, "tp_transformer_block",
-               [&] { check_activation("tp_transformer_block", x, c.hidden_size); });
-  const Tensor h = tp_attention_block(mesh, x, w.attn, c.attention_params(layer), o);
+  check_on_all(mesh, "tp_transformer_block", [&] {
+    check_activation("tp_transformer_block", x, c.hidden_size);
+    check_token_offset("tp_transformer_block", token_offset);
+  });
+  const Tensor h = tp_attention_block(mesh, x, w.attn, c.attention_params(layer), o, token_offset);
   return tp_mlp_block(mesh, h, w.mlp, c.moe_params(), o);
 }
 
@@ -170,7 +183,7 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
   Tensor x = embedding_shard(local, w.embedding, w.vocab.start, c.vocab_size);
   all_reduce_inplace(mesh, x, {.axis = o.tp_axis});
   for (std::int64_t n = 0; n < layers; ++n) {
-    x = tp_transformer_block(mesh, x, w.blocks[static_cast<std::size_t>(n)], c, n, o);
+    x = tp_transformer_block(mesh, x, w.blocks[static_cast<std::size_t>(n)], c, n, o, mine.start);
   }
   return linear(rms_norm(x, w.norm_scale, c.norm_eps), w.unembedding);
 }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "dist/mesh/mesh_device.hpp"
@@ -48,8 +49,12 @@ Placements tp_logits_placements(const TpOptions& o = {});
 ///   k, v all_gathered over the token axis; o = sdpa(q, k, v, local sinks, window);
 ///   out = x + add_bias(all_reduce_tp(linear(o, out.weight shard)), out.bias).
 ///   x: [T_local, hidden]  ->  [T_local, hidden];  w: shard_attention_weights(...)
+/// token_offset: the global position of this device's first token. Left out, the block learns
+/// it from the token counts of the devices before it on the token axis (one more all_gather);
+/// a caller that knows its split (tp_transformer) passes it. Throws Error when negative.
 Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const AttentionWeights& w,
-                          const AttentionParams& p, const TpOptions& o = {});
+                          const AttentionParams& p, const TpOptions& o = {},
+                          std::optional<std::int64_t> token_offset = std::nullopt);
 
 /// MLP block on this device's intermediate units and tokens: the router (gate, top-k, softmax)
 /// runs replicated; y = all_reduce_tp(moe_experts(t, mlp1 / mlp2 shards)); then the mlp2 bias
@@ -58,13 +63,16 @@ Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const Attenti
 Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w,
                     const MoeParams& p, const TpOptions& o = {});
 
-/// Layer `layer`: tp_mlp_block(tp_attention_block(x)).   x: [T_local, hidden] -> same
+/// Layer `layer`: tp_mlp_block(tp_attention_block(x, token_offset)).
+///   x: [T_local, hidden] -> same
 Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const BlockWeights& w,
-                            const GptOssConfig& c, std::int64_t layer, const TpOptions& o = {});
+                            const GptOssConfig& c, std::int64_t layer, const TpOptions& o = {},
+                            std::optional<std::int64_t> token_offset = std::nullopt);
 
 /// The model on this device's tokens and vocab rows: vocab-parallel embedding (rows outside the
 /// shard are zero, all_reduce over the TP axis), the blocks, the final norm and the unembedding
-/// of the vocab shard.
+/// of the vocab shard. The position of the first local token comes from the array_split of the
+/// tokens, so the blocks run no all_gather for it.
 ///   tokens: all T >= 1 ids (the same on every device)  ->  logits [T_local, vocab_local] with
 ///   T_local the array_split share of the token axis and vocab_local = w.vocab.size
 /// Throws Error for T = 0 or an id outside [0, vocab) (position named), on every device.

@@ -1,19 +1,25 @@
 // Shared pieces of the gpt-oss tensor-parallel MPI tests: the TP test config, inputs, and a
-// "TP against single device" check that logs its PCC.
+// "TP against single device" check by PCC and max abs error that logs both.
 #pragma once
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
+#include "dist/shard/placement.hpp"
 #include "dist/testing/single_device.hpp"
+#include "src/check/compare.hpp"
 #include "src/core/random.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/gpt_oss_weights.hpp"
+#include "src/perf/profiler.hpp"
 
 namespace meshtest::dist::tp_test {
 
@@ -42,25 +48,83 @@ inline bool tp_divides(const GptOssConfig& c, const MeshDevice& mesh, int axis =
          c.intermediate_size % tp == 0;
 }
 
+/// Runs f() under a profiler session and returns how many CCL records it left with op code
+/// `op` ("all_gather", "all_reduce", ...) on this device.
+template <class F>
+std::int64_t count_ccl(std::string_view op, F&& f) {
+  const perf::Session session;
+  f();
+  const std::vector<perf::OpRecord> rs = perf::records();
+  return std::count_if(rs.begin(), rs.end(), [&](const perf::OpRecord& r) {
+    return r.op_type == perf::OpType::ccl && r.op_code == op;
+  });
+}
+
 /// PCC threshold: 0.99999 for f32, 0.99 for bf16.
 inline double threshold(DType dtype) { return dtype == DType::bf16 ? 0.99 : 0.99999; }
 
-/// Runs `sharded` on the token shard of x (placed {Shard(0), Replicate}), gathers its result and
-/// compares it with `reference(x)` by PCC; prints "PCC <label> <mesh> <value>" on rank 0.
+/// Bound on max |got - expected| relative to scale = max(1, max |expected|): PCC cannot see a
+/// uniform scale error (an all_reduce that averages, a bias added twice on a constant input),
+/// this bound does.
+///   f32:  1e-5. TP and single device differ only in the order of f32 sums (dot products of
+///         <= 64 terms, all_reduce of <= 8 partials, softmax over <= 11 keys): ~1e-7 relative
+///         each, ~1e-6 after 2 layers; a 1e-5 scale error already fails.
+///   bf16: 0.05. The sharded and reference paths round partial results to bf16 (unit
+///         roundoff 2^-8 = 0.4%) at different places; a few roundings in a row stay well under
+///         5%, an averaged all_reduce (>= 50% off at TP >= 2) does not.
+inline double max_abs_tolerance(DType dtype) { return dtype == DType::bf16 ? 0.05 : 1e-5; }
+
+/// Collective over the mesh. Runs `sharded` on every device's shards of `inputs`, gathers its
+/// result (placed `output`) and compares it on device 0 with `reference(full inputs)` twice:
+/// PCC >= threshold(dtype) and max abs error <= max_abs_tolerance(dtype) * max(1, max
+/// |expected|). Records a gtest failure for each failed check and prints
+/// "PCC <label> mesh <RxC> <pcc> max_abs <error> <= <bound> ok|FAIL" on device 0.
+inline void expect_tp_matches_full(const MeshDevice& mesh,
+                                   const std::vector<testing::ShardedInput>& inputs,
+                                   const testing::ReferenceFn& reference,
+                                   const std::function<Tensor(const std::vector<Tensor>&)>& sharded,
+                                   const Placements& output, DType dtype,
+                                   const std::string& label) {
+  Tensor expected;  // set on device 0 only
+  Tensor local;
+  const Comparison pcc = testing::expect_matches_single_device(
+      mesh, inputs,
+      [&](const std::vector<Tensor>& full) {
+        expected = reference(full);
+        return expected;
+      },
+      [&](const MeshDevice&, const std::vector<Tensor>& shards) {
+        local = sharded(shards);
+        return local;
+      },
+      output, {.metric = Metric::pcc, .threshold = threshold(dtype), .label = label});
+  const Tensor got = gather_full(local, mesh, output);
+  if (mesh.device_id() != 0) return;
+  const double scale =
+      std::max(1.0, expected.numel() == 0 ? 0.0 : to_f64(expected).abs().maxCoeff());
+  const double bound = max_abs_tolerance(dtype) * scale;
+  const Comparison err = compare(expected, got, Metric::max_abs, bound);
+  if (!err.passed) {
+    ADD_FAILURE() << "sharded result differs from the single-device reference (" << label
+                  << "): max abs error " << err.value << " > " << bound << " = "
+                  << max_abs_tolerance(dtype) << " * scale " << scale << " on mesh " << mesh.str()
+                  << "\n  " << err.str();
+  }
+  fmt::print("PCC {:<34} mesh {:<4} {:.9f} max_abs {:.3g} <= {:.3g} {}\n", label, mesh.str(),
+             pcc.value, err.value, bound, pcc.passed && err.passed ? "ok" : "FAIL");
+}
+
+/// expect_tp_matches_full for one activation x [T, hidden]: `sharded` runs on its token shard
+/// (placed {Shard(0), Replicate}) and returns one placed the same way.
 inline void expect_tp_matches(const MeshDevice& mesh, const Tensor& x,
                               const std::function<Tensor(const Tensor&)>& reference,
                               const std::function<Tensor(const Tensor&)>& sharded,
                               const std::string& label) {
   const Placements act = tp_activation_placements();
-  const Comparison c = testing::expect_matches_single_device(
+  expect_tp_matches_full(
       mesh, {{.full = x, .placements = act}},
       [&](const std::vector<Tensor>& full) { return reference(full[0]); },
-      [&](const MeshDevice&, const std::vector<Tensor>& local) { return sharded(local[0]); }, act,
-      {.metric = Metric::pcc, .threshold = threshold(x.dtype()), .label = label});
-  if (mesh.device_id() == 0) {
-    fmt::print("PCC {:<34} mesh {:<4} {:.9f} {}\n", label, mesh.str(), c.value,
-               c.passed ? "ok" : "FAIL");
-  }
+      [&](const std::vector<Tensor>& local) { return sharded(local[0]); }, act, x.dtype(), label);
 }
 
 }  // namespace meshtest::dist::tp_test
