@@ -15,6 +15,7 @@
 #include "bench/bench_common.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "src/core/file.hpp"
 #include "tools/subcommand.hpp"
@@ -408,6 +409,7 @@ int bench_ccl(int argc, char** argv) {
   Options o;
   // Before MPI: --help and bad options need no communication (every rank parses alike).
   if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
+  dist::tune_malloc_for_collectives();  // before MPI allocates: see the header
   dist::Environment env(argc, argv);
   const MeshDevice mesh = MeshDevice::line();
   const int p = mesh.size();

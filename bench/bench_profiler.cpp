@@ -11,6 +11,7 @@
 
 #include "bench/bench_common.hpp"
 #include "dist/ccl/ccl.hpp"
+#include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/perf/profiler.hpp"
@@ -89,6 +90,7 @@ int parse(int argc, char** argv, Options& o) {
 int bench_profiler(int argc, char** argv) {
   Options o;
   if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
+  dist::tune_malloc_for_collectives();  // before MPI allocates: see the header
   dist::Environment env(argc, argv);
   const MeshDevice mesh = MeshDevice::line();
   const bool root = mesh.device_id() == 0;

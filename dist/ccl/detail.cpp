@@ -3,11 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <malloc.h>
 #include <algorithm>
 #include <climits>
-
-#include <cstdlib>
 #include <cstring>
 
 namespace meshtest::dist {
@@ -123,7 +120,6 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       scope_(op, x.shape(), x.dtype(),
              std::span(log_.data(), std::min<std::size_t>(detail.size(), 3) + 1)) {
   perf_.input(x).attr("axis", axis_name(axis));
-  tune_malloc_once();
 }
 
 int Call::dim(std::string_view name, int d) {
@@ -396,17 +392,6 @@ OwnedType::~OwnedType() {
   int finalized = 1;
   MPI_Finalized(&finalized);
   if (type_ != MPI_DATATYPE_NULL && finalized == 0) MPI_Type_free(&type_);
-}
-
-void tune_malloc_once() {
-  static const bool done = [] {
-    const char* env = std::getenv("MESHTEST_MALLOC_TUNING");
-    if (env != nullptr && std::string_view(env) == "0") return false;
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    return true;
-  }();
-  (void)done;
 }
 
 }  // namespace detail

@@ -216,10 +216,4 @@ class OwnedType {
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
 
-/// Keeps freed large buffers in the process heap (glibc: M_MMAP_MAX 0, M_TRIM_THRESHOLD
-/// 1 GiB) so that the outputs a collective allocates on every call do not page-fault afresh;
-/// called once, by the first collective. MESHTEST_MALLOC_TUNING=0 in the environment leaves
-/// malloc alone.
-void tune_malloc_once();
-
 }  // namespace meshtest::dist::detail
