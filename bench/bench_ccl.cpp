@@ -70,6 +70,10 @@ struct Row {
 };
 
 /// "64K", "32M", "1G", "4096" -> bytes.
+/// The largest -b / -e: 2 GiB keeps every tensor's element count (bytes / element size, at
+/// least 2 bytes an element) within MPI's int count limit.
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 31;
+
 std::int64_t parse_bytes(const std::string& s, std::string_view opt) {
   std::size_t used = 0;
   double v = -1;
@@ -85,7 +89,11 @@ std::int64_t parse_bytes(const std::string& s, std::string_view opt) {
   MESHTEST_CHECK(v > 0 && (rest.empty() || unit > 1),
                  "{}: expected a positive byte count such as 4096, 64K, 32M or 1G; got '{}'", opt,
                  s);
-  return static_cast<std::int64_t>(v * static_cast<double>(unit));
+  const double bytes = v * static_cast<double>(unit);
+  MESHTEST_CHECK(bytes <= static_cast<double>(kMaxBytes),
+                 "{}: at most 2G ({} bytes), so that every element count fits MPI's int; got '{}'",
+                 opt, kMaxBytes, s);
+  return static_cast<std::int64_t>(bytes);
 }
 
 /// nccl-tests dtype names (float, double, bfloat16, int32, int64) and meshtest's (f32, ...).
@@ -411,36 +419,38 @@ int bench_ccl(int argc, char** argv) {
   if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
   dist::tune_malloc_for_collectives();  // before MPI allocates: see the header
   dist::Environment env(argc, argv);
-  const MeshDevice mesh = MeshDevice::line();
-  const int p = mesh.size();
-  const bool root = mesh.device_id() == 0;
-  nlohmann::json all = nlohmann::json::array();
-  if (root) {
-    fmt::print("# meshtest-bench ccl: np {}, dtype {}, sizes {} .. {} x{:g}\n", p, o.dtype,
-               human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
-               o.factor);
-  }
-  for (Op op : o.ops) {
-    if (root) print_header(o, op, p);
-    std::vector<Row> rows;
-    for (double b = static_cast<double>(o.min_bytes);
-         b <= static_cast<double>(o.max_bytes) * 1.0001;
-         b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
-      rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
-      if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
-      all.push_back(to_json(rows.back(), o, p));
+  return run_or_abort("ccl", [&] {
+    const MeshDevice mesh = MeshDevice::line();
+    const int p = mesh.size();
+    const bool root = mesh.device_id() == 0;
+    nlohmann::json all = nlohmann::json::array();
+    if (root) {
+      fmt::print("# meshtest-bench ccl: np {}, dtype {}, sizes {} .. {} x{:g}\n", p, o.dtype,
+                 human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
+                 o.factor);
     }
-    if (root) print_model(op, p, rows);
-  }
-  if (root && !o.json.empty()) {
-    const std::string text = all.dump(2) + "\n";
-    const std::span<const std::byte> part = std::as_bytes(std::span(text));
-    write_file_atomic(o.json, std::span(&part, 1));
-    fmt::print("# wrote {} rows to {}\n", all.size(), o.json);
-  }
-  std::int64_t wrong = 0;
-  for (const auto& r : all) wrong += std::max<std::int64_t>(0, r["wrong"].get<std::int64_t>());
-  return wrong == 0 ? 0 : 1;
+    for (Op op : o.ops) {
+      if (root) print_header(o, op, p);
+      std::vector<Row> rows;
+      for (double b = static_cast<double>(o.min_bytes);
+           b <= static_cast<double>(o.max_bytes) * 1.0001;
+           b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
+        rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
+        if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
+        all.push_back(to_json(rows.back(), o, p));
+      }
+      if (root) print_model(op, p, rows);
+    }
+    if (root && !o.json.empty()) {
+      const std::string text = all.dump(2) + "\n";
+      const std::span<const std::byte> part = std::as_bytes(std::span(text));
+      write_file_atomic(o.json, std::span(&part, 1));
+      fmt::print("# wrote {} rows to {}\n", all.size(), o.json);
+    }
+    std::int64_t wrong = 0;
+    for (const auto& r : all) wrong += std::max<std::int64_t>(0, r["wrong"].get<std::int64_t>());
+    return wrong == 0 ? 0 : 1;
+  });
 }
 
 const tools::RegisterSubcommand reg{
