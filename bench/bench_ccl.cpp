@@ -5,70 +5,31 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "bench/alpha_beta.hpp"
 #include "bench/bench_common.hpp"
+#include "bench/ccl_bench.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "src/core/file.hpp"
 #include "tools/subcommand.hpp"
 
-namespace meshtest::bench {
+namespace meshtest::bench::ccl {
 namespace {
 
 namespace po = boost::program_options;
 using dist::MeshDevice;
-using dist::ReduceOp;
-
-enum class Op { all_reduce, all_gather, reduce_scatter, all_to_all };
-constexpr Op kOps[] = {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::all_to_all};
-
-/// What the bench needs to know of one CCL: names, bandwidth factor, α-β regressors.
-struct OpInfo {
-  std::string_view name, mpi_name;
-  double (*bus_factor)(int);
-  int ring_passes;  ///< ring all_reduce = reduce_scatter + all_gather: 2 passes; others 1
-};
-
-OpInfo info(Op op) {
-  switch (op) {
-    case Op::all_reduce:
-      return {"all_reduce", "MPI_Allreduce", &dist::all_reduce_bw::bus_factor, 2};
-    case Op::all_gather:
-      return {"all_gather", "MPI_Allgather", &dist::all_gather_bw::bus_factor, 1};
-    case Op::reduce_scatter:
-      return {"reduce_scatter", "MPI_Reduce_scatter_block", &dist::reduce_scatter_bw::bus_factor,
-              1};
-    case Op::all_to_all:
-      return {"all_to_all", "MPI_Alltoall", &dist::all_to_all_bw::bus_factor, 1};
-  }
-  return {};
-}
-
-struct Options {
-  std::int64_t min_bytes = 0, max_bytes = 0;
-  double factor = 2;
-  int iters = 20, warmup = 5, check = 1, dim = 0, rows = 64, rounds = 3;
-  DType dtype = DType::f32;
-  ReduceOp redop = ReduceOp::sum;
-  std::vector<Op> ops;
-  std::string json;
-};
-
-/// One table row.
-struct Row {
-  Op op;
-  std::int64_t bytes = 0, count = 0, wrong = 0;
-  double time_us = 0, algbw = 0, busbw = 0, mpi_time_us = 0, mpi_busbw = 0, ratio = 0;
-};
 
 /// "64K", "32M", "1G", "4096" -> bytes.
+/// The largest -b / -e: 2 GiB keeps every tensor's element count (bytes / element size, at
+/// least 2 bytes an element) within MPI's int count limit.
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 31;
+
 std::int64_t parse_bytes(const std::string& s, std::string_view opt) {
   std::size_t used = 0;
   double v = -1;
@@ -84,7 +45,11 @@ std::int64_t parse_bytes(const std::string& s, std::string_view opt) {
   MESHTEST_CHECK(v > 0 && (rest.empty() || unit > 1),
                  "{}: expected a positive byte count such as 4096, 64K, 32M or 1G; got '{}'", opt,
                  s);
-  return static_cast<std::int64_t>(v * static_cast<double>(unit));
+  const double bytes = v * static_cast<double>(unit);
+  MESHTEST_CHECK(bytes <= static_cast<double>(kMaxBytes),
+                 "{}: at most 2G ({} bytes), so that every element count fits MPI's int; got '{}'",
+                 opt, kMaxBytes, s);
+  return static_cast<std::int64_t>(bytes);
 }
 
 /// nccl-tests dtype names (float, double, bfloat16, int32, int64) and meshtest's (f32, ...).
@@ -120,79 +85,6 @@ std::vector<Op> parse_ops(const std::string& s) {
   }
   MESHTEST_CHECK(!out.empty(), "--op: no op given");
   return out;
-}
-
-// ------------------------------------------------------------------- crafted exact data
-
-// Element (row, col) of device j's input [R, C]: (j + 1) * k with k = (row*C + col) % 7 + 1.
-// Every reduction over j is then k times a small integer: exact in every dtype (bf16 too).
-double input_value(int j, std::int64_t row, std::int64_t col, std::int64_t cols) {
-  return (j + 1) * static_cast<double>((row * cols + col) % 7 + 1);
-}
-
-/// The reduction over p devices of (j + 1) * k, divided by k.
-double reduced_factor(ReduceOp op, int p) {
-  switch (op) {
-    case ReduceOp::sum:
-      return p * (p + 1) / 2.0;
-    case ReduceOp::max:
-      return p;
-    case ReduceOp::min:
-      return 1;
-    case ReduceOp::avg:
-      return (p + 1) / 2.0;
-  }
-  return 0;
-}
-
-/// The layout of one size: every tensor is [rows, cols] (1-D [cols] along dim 0); the op
-/// splits or concatenates the last dim, whose local block has `block` columns.
-struct Layout {
-  std::int64_t rows = 1, cols = 0, block = 0;  // cols: of the whole (gathered / reduced) tensor
-  Shape shape(std::int64_t c) const { return rows == 1 ? Shape{c} : Shape{rows, c}; }
-};
-
-Tensor make_input(const Layout& l, Op op, int me, DType t) {
-  const std::int64_t c = op == Op::all_gather ? l.block : l.cols;
-  Tensor x(l.shape(c), t);
-  visit_dtype(t, [&]<class T>(type_tag<T>) {
-    T* v = x.data<T>();
-    for (std::int64_t r = 0; r < l.rows; ++r) {
-      for (std::int64_t k = 0; k < c; ++k) v[r * c + k] = static_cast<T>(input_value(me, r, k, c));
-    }
-  });
-  return x;
-}
-
-/// Elements of y (this device's output) that differ from the exactly predicted result.
-std::int64_t count_wrong(const Layout& l, Op op, const Options& o, int me, int p, const Tensor& y) {
-  const std::int64_t oc = op == Op::reduce_scatter ? l.block : l.cols;
-  if (!(y.shape() == l.shape(oc)) || y.dtype() != o.dtype)
-    return std::max<std::int64_t>(1, y.numel());
-  const double f = reduced_factor(o.redop, p);
-  std::int64_t wrong = 0;
-  for (std::int64_t r = 0; r < l.rows; ++r) {
-    for (std::int64_t k = 0; k < oc; ++k) {
-      const std::int64_t j = k / l.block, kk = k % l.block;
-      double want = 0;
-      switch (op) {
-        case Op::all_reduce:
-          want = f * input_value(0, r, k, l.cols);
-          break;
-        case Op::all_gather:
-          want = input_value(static_cast<int>(j), r, kk, l.block);
-          break;
-        case Op::reduce_scatter:
-          want = f * input_value(0, r, me * l.block + k, l.cols);
-          break;
-        case Op::all_to_all:
-          want = input_value(static_cast<int>(j), r, me * l.block + kk, l.cols);
-          break;
-      }
-      wrong += y.item(r * oc + k) != want ? 1 : 0;
-    }
-  }
-  return wrong;
 }
 
 // ------------------------------------------------------------------------- measuring
@@ -277,83 +169,6 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
   return row;
 }
 
-// -------------------------------------------------------------------------- printing
-
-std::string human(double bytes) {
-  if (bytes >= 1 << 20) return fmt::format("{:g} MiB", bytes / (1 << 20));
-  if (bytes >= 1 << 10) return fmt::format("{:g} KiB", bytes / (1 << 10));
-  return fmt::format("{:g} B", bytes);
-}
-
-void print_header(const Options& o, Op op, int p) {
-  fmt::print(
-      "#\n# {} vs {} — np {}, dim {}, redop {}, {} warm-up, then {} x {} calls each in "
-      "alternating windows of <= 2 ms; time = best window's average (max over ranks)\n"
-      "# ratio = meshtest busbw / MPI busbw = MPI time / meshtest time (1.00 = as fast as MPI)\n"
-      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n"
-      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n",
-      info(op).name, info(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop), o.warmup, o.rounds,
-      o.iters, "size", "count", "type", "time", "algbw", "busbw", "#wrong", "mpi time", "mpi bus",
-      "ratio", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "");
-}
-
-void print_row(const Row& r, DType t) {
-  fmt::print(
-      " {:>12} {:>12} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}   {:>10.1f} {:>8.3f} {:>6.2f}\n",
-      r.bytes, r.count, dtype_name(t), r.time_us, r.algbw, r.busbw,
-      r.wrong < 0 ? std::string("N/A") : std::to_string(r.wrong), r.mpi_time_us, r.mpi_busbw,
-      r.ratio);
-}
-
-/// Fits t = α·passes·(p-1) + β·bus_factor(p)·S to the op's rows and prints the projection.
-void print_model(Op op, int p, const std::vector<Row>& rows) {
-  const OpInfo in = info(op);
-  std::vector<AlphaBetaSample> s;
-  for (const Row& r : rows) {
-    s.push_back({.steps = in.ring_passes * (p - 1.0),
-                 .bytes_term = in.bus_factor(p) * static_cast<double>(r.bytes),
-                 .seconds = r.time_us * 1e-6});
-  }
-  if (p < 2 || s.size() < 2) {
-    fmt::print("# α-β model of {}: needs np >= 2 and two sizes or more\n", in.name);
-    return;
-  }
-  const AlphaBeta m = fit_alpha_beta(s);
-  fmt::print(
-      "# α-β model of {} (ring): t = α·{}(p-1) + β·busfactor(p)·S, fitted on np {} "
-      "(relative least squares over {} sizes, rms error {:.1f} %):\n"
-      "#   α = {:.2f} us per step, 1/β = {:.3f} GB/s\n#   projected time (us):\n#{:>7}",
-      in.name, in.ring_passes == 1 ? "" : "2", p, s.size(), 100 * m.rel_rms, m.alpha * 1e6,
-      1e-9 / m.beta, "ranks");
-  std::vector<double> sizes{static_cast<double>(rows.front().bytes)};
-  if (rows.size() > 2) sizes.push_back(static_cast<double>(rows[rows.size() / 2].bytes));
-  if (rows.size() > 1) sizes.push_back(static_cast<double>(rows.back().bytes));
-  for (double b : sizes) fmt::print(" {:>14}", human(b));
-  fmt::print("\n");
-  for (int q = 16; q <= 1024; q *= 2) {
-    fmt::print("#{:>7}", q);
-    for (double b : sizes) {
-      fmt::print(" {:>14.1f}", 1e6 * m.predict(in.ring_passes * (q - 1.0), in.bus_factor(q) * b));
-    }
-    fmt::print("\n");
-  }
-}
-
-nlohmann::json to_json(const Row& r, const Options& o, int p) {
-  return {{"op", info(r.op).name},
-          {"bytes", r.bytes},
-          {"dtype", dtype_name(o.dtype)},
-          {"np", p},
-          {"dim", o.dim},
-          {"time_us", r.time_us},
-          {"algbw", r.algbw},
-          {"busbw", r.busbw},
-          {"wrong", r.wrong},
-          {"mpi_time_us", r.mpi_time_us},
-          {"mpi_busbw", r.mpi_busbw},
-          {"ratio", r.ratio}};
-}
-
 // ------------------------------------------------------------------------------ main
 
 /// Parses argv into o; returns 0 to go on, 1 after --help, 2 on bad input (message printed).
@@ -408,37 +223,40 @@ int bench_ccl(int argc, char** argv) {
   Options o;
   // Before MPI: --help and bad options need no communication (every rank parses alike).
   if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
+  dist::tune_malloc_for_collectives();  // before MPI allocates: see the header
   dist::Environment env(argc, argv);
-  const MeshDevice mesh = MeshDevice::line();
-  const int p = mesh.size();
-  const bool root = mesh.device_id() == 0;
-  nlohmann::json all = nlohmann::json::array();
-  if (root) {
-    fmt::print("# meshtest-bench ccl: np {}, dtype {}, sizes {} .. {} x{:g}\n", p, o.dtype,
-               human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
-               o.factor);
-  }
-  for (Op op : o.ops) {
-    if (root) print_header(o, op, p);
-    std::vector<Row> rows;
-    for (double b = static_cast<double>(o.min_bytes);
-         b <= static_cast<double>(o.max_bytes) * 1.0001;
-         b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
-      rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
-      if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
-      all.push_back(to_json(rows.back(), o, p));
+  return run_or_abort("ccl", [&] {
+    const MeshDevice mesh = MeshDevice::line();
+    const int p = mesh.size();
+    const bool root = mesh.device_id() == 0;
+    nlohmann::json all = nlohmann::json::array();
+    if (root) {
+      fmt::print("# meshtest-bench ccl: np {}, dtype {}, sizes {} .. {} x{:g}\n", p, o.dtype,
+                 human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
+                 o.factor);
     }
-    if (root) print_model(op, p, rows);
-  }
-  if (root && !o.json.empty()) {
-    const std::string text = all.dump(2) + "\n";
-    const std::span<const std::byte> part = std::as_bytes(std::span(text));
-    write_file_atomic(o.json, std::span(&part, 1));
-    fmt::print("# wrote {} rows to {}\n", all.size(), o.json);
-  }
-  std::int64_t wrong = 0;
-  for (const auto& r : all) wrong += std::max<std::int64_t>(0, r["wrong"].get<std::int64_t>());
-  return wrong == 0 ? 0 : 1;
+    for (Op op : o.ops) {
+      if (root) print_header(o, op, p);
+      std::vector<Row> rows;
+      for (double b = static_cast<double>(o.min_bytes);
+           b <= static_cast<double>(o.max_bytes) * 1.0001;
+           b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
+        rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
+        if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
+        all.push_back(to_json(rows.back(), o, p));
+      }
+      if (root) print_model(op, p, rows);
+    }
+    if (root && !o.json.empty()) {
+      const std::string text = all.dump(2) + "\n";
+      const std::span<const std::byte> part = std::as_bytes(std::span(text));
+      write_file_atomic(o.json, std::span(&part, 1));
+      fmt::print("# wrote {} rows to {}\n", all.size(), o.json);
+    }
+    std::int64_t wrong = 0;
+    for (const auto& r : all) wrong += std::max<std::int64_t>(0, r["wrong"].get<std::int64_t>());
+    return wrong == 0 ? 0 : 1;
+  });
 }
 
 const tools::RegisterSubcommand reg{
@@ -446,4 +264,4 @@ const tools::RegisterSubcommand reg{
      &bench_ccl}};
 
 }  // namespace
-}  // namespace meshtest::bench
+}  // namespace meshtest::bench::ccl

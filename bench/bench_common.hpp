@@ -6,9 +6,11 @@
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 #include "dist/mesh/mpi_check.hpp"
@@ -47,6 +49,27 @@ inline int parse_options(std::string_view name, int argc, char** argv,
     return 2;
   }
   return 0;
+}
+
+/// Runs body() (the part after MPI_Init) and returns its exit code. An exception escaping it
+/// (a meshtest::Error from a collective, or from writing a file on rank 0 only) is printed as
+/// "meshtest-bench <name>: [rank r] <message>" and ends the whole job with
+/// MPI_Abort(MPI_COMM_WORLD, 2) — the other ranks may be waiting in a collective, so a plain
+/// return could leave them hanging — instead of std::terminate.
+template <class F>
+int run_or_abort(std::string_view name, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const std::string_view what = e.what();
+    const std::string tag = fmt::format("[rank {}] ", rank);
+    fmt::print(stderr, "meshtest-bench {}: {}{}\n", name, what.starts_with(tag) ? "" : tag, what);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
+  }
 }
 
 /// Seconds per call of f(): `iters` calls back to back after a barrier, the slowest rank's

@@ -11,6 +11,7 @@
 
 #include "bench/bench_common.hpp"
 #include "dist/ccl/ccl.hpp"
+#include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/perf/profiler.hpp"
@@ -86,10 +87,8 @@ int parse(int argc, char** argv, Options& o) {
   });
 }
 
-int bench_profiler(int argc, char** argv) {
-  Options o;
-  if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
-  dist::Environment env(argc, argv);
+/// The measurements and the replay check, after MPI_Init.
+int profile(const Options& o) {
   const MeshDevice mesh = MeshDevice::line();
   const bool root = mesh.device_id() == 0;
   const MPI_Comm comm = mesh.comm();
@@ -161,6 +160,14 @@ int bench_profiler(int argc, char** argv) {
     line("op-to-op latency (us)", ge / 1e3, gr / 1e3);
   }
   return any == 0 ? 0 : 1;
+}
+
+int bench_profiler(int argc, char** argv) {
+  Options o;
+  if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
+  dist::tune_malloc_for_collectives();  // before MPI allocates: see the header
+  dist::Environment env(argc, argv);
+  return run_or_abort("profiler", [&] { return profile(o); });
 }
 
 const tools::RegisterSubcommand reg{

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -220,6 +221,7 @@ int demo(int argc, char** argv, int rank, int np) {
 }  // namespace meshtest::dist
 
 int main(int argc, char** argv) {
+  meshtest::dist::tune_malloc_for_collectives();  // opt-in: see the header
   meshtest::dist::Environment env(argc, argv);
   try {
     return meshtest::dist::demo(argc, argv, env.rank(), env.size());

@@ -1,14 +1,10 @@
-// The common work of every collective: checks, metadata agreement, MPI maps and packing.
+// The common work of every collective: checks, metadata agreement, MPI datatype and op maps.
 #include "dist/ccl/detail.hpp"
 
 #include <fmt/format.h>
 
-#include <malloc.h>
 #include <algorithm>
 #include <climits>
-
-#include <cstdlib>
-#include <cstring>
 
 namespace meshtest::dist {
 
@@ -123,7 +119,6 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       scope_(op, x.shape(), x.dtype(),
              std::span(log_.data(), std::min<std::size_t>(detail.size(), 3) + 1)) {
   perf_.input(x).attr("axis", axis_name(axis));
-  tune_malloc_once();
 }
 
 int Call::dim(std::string_view name, int d) {
@@ -331,82 +326,6 @@ void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p) {
     default:
       dist::fail("finish_avg: dtype {} is not floating", t);
   }
-}
-
-DimView dim_view(const Shape& s, DType t, int d) {
-  return {s.outer(d), static_cast<std::size_t>(s.inner(d)) * dtype_size(t)};
-}
-
-std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std::int64_t> sizes) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t n : sizes) out.push_back(s.outer(d) * n * s.inner(d));
-  return out;
-}
-
-BlockLayout::BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sz)
-    : view(dim_view(s, t, d)), sizes(std::move(sz)) {}
-
-namespace {
-// Moves blocks between [outer, n, inner] (`strided`) and blocks laid end to end (`packed`).
-template <bool kToPacked>
-void copy_blocks(std::byte* packed, std::byte* strided, DimView v,
-                 std::span<const std::int64_t> sizes) {
-  std::int64_t n = 0;
-  for (std::int64_t s : sizes) n += s;
-  const std::size_t row = static_cast<std::size_t>(n) * v.inner_bytes;
-  std::size_t start = 0;
-  for (std::int64_t s : sizes) {
-    const std::size_t run = static_cast<std::size_t>(s) * v.inner_bytes;
-    for (std::int64_t o = 0; run > 0 && o < v.outer; ++o) {
-      std::byte* at = strided + static_cast<std::size_t>(o) * row + start;
-      kToPacked ? std::memcpy(packed, at, run) : std::memcpy(at, packed, run);
-      packed += run;
-    }
-    start += run;
-  }
-}
-}  // namespace
-
-void BlockLayout::pack(const std::byte* tensor, std::byte* packed) const {
-  // copy_blocks only reads the strided side when packing.
-  copy_blocks<true>(packed, const_cast<std::byte*>(tensor), view, sizes);
-}
-
-void BlockLayout::unpack(const std::byte* packed, std::byte* tensor) const {
-  copy_blocks<false>(const_cast<std::byte*>(packed), tensor, view, sizes);
-}
-
-OwnedType OwnedType::blocks(const BlockLayout& l) {
-  OwnedType t;
-  if (l.direct() || l.sizes.empty()) return t;
-  if (!std::ranges::all_of(l.sizes, [&](std::int64_t s) { return s == l.sizes[0]; })) return t;
-  const std::size_t run = static_cast<std::size_t>(l.sizes[0]) * l.view.inner_bytes;
-  const std::size_t row = run * l.sizes.size();
-  if (run == 0 || row > INT_MAX || l.view.outer > INT_MAX) return t;
-  MPI_Datatype v = MPI_DATATYPE_NULL;
-  MESHTEST_MPI(MPI_Type_vector(static_cast<int>(l.view.outer), static_cast<int>(run),
-                               static_cast<int>(row), MPI_BYTE, &v));
-  MESHTEST_MPI(MPI_Type_create_resized(v, 0, static_cast<MPI_Aint>(run), &t.type_));
-  MPI_Type_free(&v);
-  MESHTEST_MPI(MPI_Type_commit(&t.type_));
-  return t;
-}
-
-OwnedType::~OwnedType() {
-  int finalized = 1;
-  MPI_Finalized(&finalized);
-  if (type_ != MPI_DATATYPE_NULL && finalized == 0) MPI_Type_free(&type_);
-}
-
-void tune_malloc_once() {
-  static const bool done = [] {
-    const char* env = std::getenv("MESHTEST_MALLOC_TUNING");
-    if (env != nullptr && std::string_view(env) == "0") return false;
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    return true;
-  }();
-  (void)done;
 }
 
 }  // namespace detail

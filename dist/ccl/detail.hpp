@@ -1,5 +1,6 @@
 // The common work of every collective, done once: option checks, the log scope, metadata
-// agreement across the axis group, the MPI datatype and op maps, and block packing.
+// agreement across the axis group, the MPI datatype and op maps (block packing:
+// block_layout.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/ccl/block_layout.hpp"
 #include "dist/ccl/ccl_log.hpp"
 #include "dist/ccl/options.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -166,60 +168,5 @@ MPI_Op mpi_op(ReduceOp op, DType t);
 void finish_avg(Tensor& out, ReduceOp op, int p);
 /// The same on n elements of dtype t at `data`.
 void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p);
-
-/// A tensor seen around dim d as [outer, n, inner] with inner in bytes.
-struct DimView {
-  std::int64_t outer = 1;
-  std::size_t inner_bytes = 0;
-};
-DimView dim_view(const Shape& s, DType t, int d);
-
-/// Element counts of consecutive blocks of `sizes` along d of a tensor of shape s.
-std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std::int64_t> sizes);
-
-/// Consecutive blocks of `sizes` along dim d of a tensor seen as [outer, n, inner], and the
-/// same blocks made contiguous ([outer, sizes[j], inner]) and laid end to end — the layout
-/// MPI's collectives want. When outer == 1 the two layouts coincide (direct()): MPI reads and
-/// writes the tensor itself. Otherwise one pass of memcpy runs (one per block and outer
-/// index) moves the data between the tensor and a workspace.
-struct BlockLayout {
-  BlockLayout() = default;
-  BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sizes);
-  bool direct() const { return view.outer == 1; }
-  /// tensor (strided) -> blocks end to end
-  void pack(const std::byte* tensor, std::byte* packed) const;
-  /// blocks end to end -> tensor (strided)
-  void unpack(const std::byte* packed, std::byte* tensor) const;
-
-  DimView view;
-  std::vector<std::int64_t> sizes;
-};
-
-/// A committed MPI datatype, freed on destruction (unless MPI is finalized by then).
-class OwnedType {
- public:
-  OwnedType() = default;
-  /// One block of a BlockLayout whose blocks all have the same size, in place in the strided
-  /// tensor: outer runs of (block * inner) bytes, a row apart, with the extent of one run, so
-  /// item j of a collective's buffer is block j. MPI_DATATYPE_NULL (use the pack path) when
-  /// the layout is direct, the blocks differ, or a byte count exceeds INT_MAX.
-  static OwnedType blocks(const BlockLayout& l);
-  ~OwnedType();
-  OwnedType(OwnedType&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
-  OwnedType& operator=(OwnedType&& o) noexcept {
-    std::swap(type_, o.type_);
-    return *this;
-  }
-  MPI_Datatype get() const { return type_; }
-
- private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
-};
-
-/// Keeps freed large buffers in the process heap (glibc: M_MMAP_MAX 0, M_TRIM_THRESHOLD
-/// 1 GiB) so that the outputs a collective allocates on every call do not page-fault afresh;
-/// called once, by the first collective. MESHTEST_MALLOC_TUNING=0 in the environment leaves
-/// malloc alone.
-void tune_malloc_once();
 
 }  // namespace meshtest::dist::detail

@@ -3,6 +3,7 @@
 #include "dist/ccl/reduce_scatter.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/private_comm.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -24,6 +25,9 @@ namespace {
 // fixed order x_{r+1}, x_r, x_{r+2}, ..., x_{r-1}. Each device sends (p-1)/p of x once — half
 // of what MPI_Allreduce moves — in one step, while Open MPI 4.1's MPI_Reduce_scatter(_block)
 // runs far below that on one node. Every op and dtype reduces through its MPI op (bf16 too).
+// The messages go on a private duplicate of the axis communicator (detail::private_comm), so
+// a receive the user posts on mesh.comm() (even MPI_ANY_SOURCE / MPI_ANY_TAG) never matches
+// them.
 struct Plan : perf::Plan {
   Shape out_shape;
   std::vector<int> counts;            // elements of block j (array_split along d)
@@ -89,7 +93,8 @@ Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x, const ReduceScatt
 
   auto exchange = [pl = plan, in = x.bytes(), o = out.bytes(), n = out.numel(),
                    t = detail::mpi_type(x.dtype()), dt = x.dtype(), op, rop = opt.op,
-                   comm = call.comm(), r = call.index(), p = call.size()] {
+                   comm = call.size() > 1 ? detail::private_comm(call.comm()) : MPI_COMM_NULL,
+                   r = call.index(), p = call.size()] {
     std::byte* packed = const_cast<std::byte*>(in);  // read only: MPI's send buffers are void*
     if (!pl->layout.direct()) {
       pl->layout.pack(in, pl->packed.data());

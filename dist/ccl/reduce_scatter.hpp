@@ -18,6 +18,14 @@ namespace meshtest::dist {
 /// bad axis (locally) or dim; devices disagreeing on dim or op, on the dtype or on the shape; avg
 /// on an integer dtype or any op on u8 ("reduce op X is not supported for dtype Y"); an input
 /// beyond INT_MAX elements.
+///
+/// Summation order (deterministic: the same inputs give the same bits on every run and at
+/// every plan-cache state): device i reduces its block as
+/// x_{i+1} (op) x_i, then (op) x_{i+2}, ..., (op) x_{i-1} (indices mod p, left to right). For
+/// integers, max and min this equals any other order; for floating-point sums it is not
+/// necessarily bit-equal to all_reduce followed by slicing (MPI_Allreduce may add in another
+/// order), only equal within rounding. Its messages use a private duplicate of the axis
+/// communicator, so they never match receives user code posts on mesh.comm().
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x,
                       const ReduceScatterOptions& opt = {});
 

@@ -1,0 +1,87 @@
+// meshtest-bench ccl's output: the nccl-tests table, the α-β model's fit and projection, and
+// the rows as JSON.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/alpha_beta.hpp"
+#include "bench/ccl_bench.hpp"
+
+namespace meshtest::bench::ccl {
+
+std::string human(double bytes) {
+  if (bytes >= 1 << 20) return fmt::format("{:g} MiB", bytes / (1 << 20));
+  if (bytes >= 1 << 10) return fmt::format("{:g} KiB", bytes / (1 << 10));
+  return fmt::format("{:g} B", bytes);
+}
+
+void print_header(const Options& o, Op op, int p) {
+  fmt::print(
+      "#\n# {} vs {} — np {}, dim {}, redop {}, {} warm-up, then {} x {} calls each in "
+      "alternating windows of <= 2 ms; time = best window's average (max over ranks)\n"
+      "# ratio = meshtest busbw / MPI busbw = MPI time / meshtest time (1.00 = as fast as MPI)\n"
+      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n"
+      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n",
+      info(op).name, info(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop), o.warmup, o.rounds,
+      o.iters, "size", "count", "type", "time", "algbw", "busbw", "#wrong", "mpi time", "mpi bus",
+      "ratio", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "");
+}
+
+void print_row(const Row& r, DType t) {
+  fmt::print(
+      " {:>12} {:>12} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}   {:>10.1f} {:>8.3f} {:>6.2f}\n",
+      r.bytes, r.count, dtype_name(t), r.time_us, r.algbw, r.busbw,
+      r.wrong < 0 ? std::string("N/A") : std::to_string(r.wrong), r.mpi_time_us, r.mpi_busbw,
+      r.ratio);
+}
+
+void print_model(Op op, int p, const std::vector<Row>& rows) {
+  const OpInfo in = info(op);
+  std::vector<AlphaBetaSample> s;
+  for (const Row& r : rows) {
+    s.push_back({.steps = in.ring_passes * (p - 1.0),
+                 .bytes_term = in.bus_factor(p) * static_cast<double>(r.bytes),
+                 .seconds = r.time_us * 1e-6});
+  }
+  if (p < 2 || s.size() < 2) {
+    fmt::print("# α-β model of {}: needs np >= 2 and two sizes or more\n", in.name);
+    return;
+  }
+  const AlphaBeta m = fit_alpha_beta(s);
+  fmt::print(
+      "# α-β model of {} (ring): t = α·{}(p-1) + β·busfactor(p)·S, fitted on np {} "
+      "(relative least squares over {} sizes, rms error {:.1f} %):\n"
+      "#   α = {:.2f} us per step, 1/β = {:.3f} GB/s\n#   projected time (us):\n#{:>7}",
+      in.name, in.ring_passes == 1 ? "" : "2", p, s.size(), 100 * m.rel_rms, m.alpha * 1e6,
+      1e-9 / m.beta, "ranks");
+  std::vector<double> sizes{static_cast<double>(rows.front().bytes)};
+  if (rows.size() > 2) sizes.push_back(static_cast<double>(rows[rows.size() / 2].bytes));
+  if (rows.size() > 1) sizes.push_back(static_cast<double>(rows.back().bytes));
+  for (double b : sizes) fmt::print(" {:>14}", human(b));
+  fmt::print("\n");
+  for (int q = 16; q <= 1024; q *= 2) {
+    fmt::print("#{:>7}", q);
+    for (double b : sizes) {
+      fmt::print(" {:>14.1f}", 1e6 * m.predict(in.ring_passes * (q - 1.0), in.bus_factor(q) * b));
+    }
+    fmt::print("\n");
+  }
+}
+
+nlohmann::json to_json(const Row& r, const Options& o, int p) {
+  return {{"op", info(r.op).name},
+          {"bytes", r.bytes},
+          {"dtype", dtype_name(o.dtype)},
+          {"np", p},
+          {"dim", o.dim},
+          {"time_us", r.time_us},
+          {"algbw", r.algbw},
+          {"busbw", r.busbw},
+          {"wrong", r.wrong},
+          {"mpi_time_us", r.mpi_time_us},
+          {"mpi_busbw", r.mpi_busbw},
+          {"ratio", r.ratio}};
+}
+
+}  // namespace meshtest::bench::ccl

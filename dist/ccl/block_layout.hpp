@@ -1,0 +1,67 @@
+// Consecutive blocks along one dim of a tensor: the [outer, n, inner] view, packing the blocks
+// end to end (the layout MPI's collectives want) and back, and an MPI datatype that reads
+// equal blocks in place.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "src/core/tensor.hpp"
+
+namespace meshtest::dist::detail {
+
+/// A tensor seen around dim d as [outer, n, inner] with inner in bytes.
+struct DimView {
+  std::int64_t outer = 1;
+  std::size_t inner_bytes = 0;
+};
+DimView dim_view(const Shape& s, DType t, int d);
+
+/// Element counts of consecutive blocks of `sizes` along d of a tensor of shape s.
+std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std::int64_t> sizes);
+
+/// Consecutive blocks of `sizes` along dim d of a tensor seen as [outer, n, inner], and the
+/// same blocks made contiguous ([outer, sizes[j], inner]) and laid end to end — the layout
+/// MPI's collectives want. When outer == 1 the two layouts coincide (direct()): MPI reads and
+/// writes the tensor itself. Otherwise one pass of memcpy runs (one per block and outer
+/// index) moves the data between the tensor and a workspace.
+struct BlockLayout {
+  BlockLayout() = default;
+  BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sizes);
+  bool direct() const { return view.outer == 1; }
+  /// tensor (strided) -> blocks end to end
+  void pack(const std::byte* tensor, std::byte* packed) const;
+  /// blocks end to end -> tensor (strided)
+  void unpack(const std::byte* packed, std::byte* tensor) const;
+
+  DimView view;
+  std::vector<std::int64_t> sizes;
+};
+
+/// A committed MPI datatype, freed on destruction (unless MPI is finalized by then).
+class OwnedType {
+ public:
+  OwnedType() = default;
+  /// One block of a BlockLayout whose blocks all have the same size, in place in the strided
+  /// tensor: outer runs of (block * inner) bytes, a row apart, with the extent of one run, so
+  /// item j of a collective's buffer is block j. MPI_DATATYPE_NULL (use the pack path) when
+  /// the layout is direct, the blocks differ, or a byte count exceeds INT_MAX.
+  static OwnedType blocks(const BlockLayout& l);
+  ~OwnedType();
+  OwnedType(OwnedType&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
+  OwnedType& operator=(OwnedType&& o) noexcept {
+    std::swap(type_, o.type_);
+    return *this;
+  }
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+}  // namespace meshtest::dist::detail
