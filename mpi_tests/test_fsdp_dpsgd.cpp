@@ -10,6 +10,7 @@
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/fsdp.hpp"
+#include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/core/random.hpp"
 #include "src/dp/real.hpp"
 #include "src/perf/profiler.hpp"
@@ -18,6 +19,7 @@
 namespace meshtest::dist {
 namespace {
 
+using ccl_test::expect_error;
 using test_support::rel_err;
 
 constexpr const char* kSpec = "linear:7,gelu,rmsnorm,linear:5";
@@ -200,14 +202,22 @@ TEST(FsdpDpSgd, BadInputOnOneDeviceFailsEverywhere) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("features, expected 6"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(FsdpDpSgd(mesh, model, {.mode = "flash", .dp = {}, .noise = {}, .optimizer = {}}),
-               Error);
-  EXPECT_THROW(
-      FsdpDpSgd(mesh, model, {.mode = "ghost", .dp = {.clip = 0}, .noise = {}, .optimizer = {}}),
-      Error);
-  EXPECT_THROW(
-      FsdpDpSgd(mesh, model, {.mode = "ghost", .dp = {}, .noise = {.sigma = -1}, .optimizer = {}}),
-      Error);
+  expect_error(
+      mesh, kAllAxes, "mode",
+      [&] { FsdpDpSgd(mesh, model, {.mode = "flash", .dp = {}, .noise = {}, .optimizer = {}}); },
+      {"unknown DP mode 'flash'", "registered: fused, fused_bk, ghost, hooks, non_private"});
+  expect_error(mesh, kAllAxes, "clip",
+               [&] {
+                 FsdpDpSgd(mesh, model,
+                           {.mode = "ghost", .dp = {.clip = 0}, .noise = {}, .optimizer = {}});
+               },
+               {"clip norm C is 0, expected a finite C > 0"});
+  expect_error(mesh, kAllAxes, "sigma",
+               [&] {
+                 FsdpDpSgd(mesh, model,
+                           {.mode = "ghost", .dp = {}, .noise = {.sigma = -1}, .optimizer = {}});
+               },
+               {"FsdpDpSgd: noise multiplier sigma is -1, expected a finite sigma >= 0"});
 }
 
 }  // namespace
