@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/ccl/all_reduce.hpp"
@@ -21,6 +22,14 @@ namespace {
 
 using ccl_test::expect_error;
 using test_support::rel_err;
+
+// FsdpDpSgd keeps a reference to its mesh: a temporary mesh must not compile.
+static_assert(
+    std::is_constructible_v<FsdpDpSgd, const MeshDevice&, const dp::Sequential&, dp::DpSgdOptions>);
+static_assert(
+    !std::is_constructible_v<FsdpDpSgd, MeshDevice&&, const dp::Sequential&, dp::DpSgdOptions>);
+static_assert(
+    !std::is_constructible_v<FsdpDpSgd, MeshDevice, const dp::Sequential&, dp::DpSgdOptions>);
 
 constexpr const char* kSpec = "linear:7,gelu,rmsnorm,linear:5";
 constexpr std::int64_t kIn = 6, kOut = 5, kSeq = 3;
