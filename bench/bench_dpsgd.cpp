@@ -107,7 +107,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int run(int argc, char** argv, const dist::Environment& env) {
+int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state) {
   po::options_description opts(
       "meshtest-bench dpsgd: step time and peak memory of every DP mode beside non_private,\n"
       "measured in the same run (modes interleaved per iteration), as ratios. Under mpirun -np N\n"
@@ -168,6 +168,7 @@ int run(int argc, char** argv, const dist::Environment& env) {
       iters, warmup, dtype);
   const double clip = vm["clip"].as<double>();
 
+  state.communicating = true;  // every rank parsed the same options above
   const dist::MeshDevice mesh = dist::MeshDevice::line();
   const bool root = mesh.device_id() == 0;
   json rows = json::array();

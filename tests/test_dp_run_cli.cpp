@@ -133,6 +133,19 @@ TEST_F(RunDpsgd, BadInputExitsTwo) {
   expect_exit_2(args(spec, "--clip 1", "bad"), "T = 0");
 }
 
+// A failure after the ranks started communicating (here rank 0 cannot write its output) is that
+// rank's alone: it names the rank and aborts the job (exit 3) instead of leaving others waiting.
+TEST_F(RunDpsgd, FailureWhileCommunicatingAbortsNamingTheRank) {
+  const std::string spec = "linear:3";
+  write_inputs(spec, {4, 5}, LossKind::mse, DType::f64);
+  const std::string cmd =
+      "mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 1", "nodir/x");
+  const auto r = run_command(cmd);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("meshtest-run dpsgd: [rank 0] error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nodir"), std::string::npos) << r.out;
+}
+
 TEST_F(RunDpsgd, EmptyBatchStillAddsNoise) {
   const std::string spec = "linear:3";
   write_inputs(spec, {0, 4}, LossKind::mse, DType::f64);
