@@ -1,18 +1,14 @@
 // meshtest-bench dpsgd: step time and peak memory of every DP mode beside non_private, measured
 // in the same run, as ratios; single device or FSDP over the ranks of mpirun.
 //
-// Peak memory: this file interposes malloc/free (and the aligned and array forms) for the whole
-// meshtest-bench binary, counting live heap bytes (malloc_usable_size) and their peak. C++ new,
-// std::vector (tensors) and Eigen's temporaries all go through malloc, so every byte a mode
-// allocates is seen. The hooks cost two relaxed atomic adds per call.
+// Peak memory: a bench::HeapWindow (bench/bench_heap_counter.cpp) around the measured step
+// counts live heap bytes and their peak; outside it the interposed allocator does no accounting.
 #include <fmt/format.h>
-#include <malloc.h>
 #include <mpi.h>
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -23,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/heap_counter.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -32,66 +29,6 @@
 #include "src/dp/modes.hpp"
 #include "tools/mpi_subcommand.hpp"
 #include "tools/subcommand.hpp"
-
-// ----------------------------------------------------------------------------- allocation hook
-
-namespace {
-std::atomic<std::int64_t> g_live{0};
-std::atomic<std::int64_t> g_peak{0};
-
-void on_alloc(void* p) {
-  if (p == nullptr) return;
-  const auto n = static_cast<std::int64_t>(malloc_usable_size(p));
-  const std::int64_t now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
-  std::int64_t peak = g_peak.load(std::memory_order_relaxed);
-  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
-}
-void on_free(void* p) {
-  if (p != nullptr) {
-    g_live.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
-  }
-}
-}  // namespace
-
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-void __libc_free(void*);
-
-void* malloc(std::size_t n) {
-  void* p = __libc_malloc(n);
-  on_alloc(p);
-  return p;
-}
-void free(void* p) {
-  on_free(p);
-  __libc_free(p);
-}
-void* calloc(std::size_t n, std::size_t s) {
-  void* p = __libc_calloc(n, s);
-  on_alloc(p);
-  return p;
-}
-void* realloc(void* old, std::size_t n) {
-  on_free(old);
-  void* p = __libc_realloc(old, n);
-  on_alloc(p != nullptr ? p : (n == 0 ? nullptr : old));
-  return p;
-}
-void* memalign(std::size_t a, std::size_t n) {
-  void* p = __libc_memalign(a, n);
-  on_alloc(p);
-  return p;
-}
-void* aligned_alloc(std::size_t a, std::size_t n) { return memalign(a, n); }
-int posix_memalign(void** out, std::size_t a, std::size_t n) {
-  *out = memalign(a, n);
-  return *out == nullptr && n != 0 ? 12 /* ENOMEM */ : 0;
-}
-}
 
 namespace meshtest::tools {
 namespace {
@@ -148,16 +85,18 @@ Sample measure(const dist::MeshDevice& mesh, const dp::Sequential& model, const 
     for (const Tensor& s : fsdp->shards()) resident += s.nbytes();
   }
   MESHTEST_MPI(MPI_Barrier(mesh.comm()));
-  const std::int64_t base = g_live.load();
-  g_peak.store(base);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (single) {
-    single->compute(x, y);
-  } else {
-    fsdp->noisy_grads(x, y);
+  Sample s;
+  {
+    const bench::HeapWindow heap;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (single) {
+      single->compute(x, y);
+    } else {
+      fsdp->noisy_grads(x, y);
+    }
+    s = {.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+         .peak = heap.peak() + resident};
   }
-  Sample s{.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-           .peak = g_peak.load() - base + resident};
   MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.seconds, 1, MPI_DOUBLE, MPI_MAX, mesh.comm()));
   MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.peak, 1, MPI_INT64_T, MPI_MAX, mesh.comm()));
   return s;
@@ -168,7 +107,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int run(int argc, char** argv, const dist::Environment& env) {
+int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state) {
   po::options_description opts(
       "meshtest-bench dpsgd: step time and peak memory of every DP mode beside non_private,\n"
       "measured in the same run (modes interleaved per iteration), as ratios. Under mpirun -np N\n"
@@ -229,6 +168,7 @@ int run(int argc, char** argv, const dist::Environment& env) {
       iters, warmup, dtype);
   const double clip = vm["clip"].as<double>();
 
+  state.communicating = true;  // every rank parsed the same options above
   const dist::MeshDevice mesh = dist::MeshDevice::line();
   const bool root = mesh.device_id() == 0;
   json rows = json::array();

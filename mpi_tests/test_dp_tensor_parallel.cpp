@@ -9,6 +9,7 @@
 
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/dp_tensor_parallel.hpp"
+#include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/core/random.hpp"
 #include "src/perf/profiler.hpp"
 #include "tests/support/dp_reference.hpp"
@@ -16,6 +17,7 @@
 namespace meshtest::dist {
 namespace {
 
+using ccl_test::expect_error;
 using test_support::rel_err;
 
 struct Case {
@@ -83,10 +85,19 @@ TEST(DpTensorParallel, BadInput) {
   const Range rows = split_range(4, mesh.size(), mesh.device_id());
   const Tensor x = random_normal({2, 3}, DType::f64, {.seed = 2});
   const Tensor y = random_normal({2, rows.size}, DType::f64, {.seed = 3});
-  EXPECT_THROW(tp_clipped_grads(mesh, tp, x, y, {.clip = 1, .loss = dp::LossKind::ce}), Error);
-  EXPECT_THROW(tp_clipped_grads(mesh, tp, x, y, {.clip = -1}), Error);
-  EXPECT_THROW(tp_clipped_grads(mesh, tp, random_normal({2, 4}, DType::f64, {}), y, {}), Error);
-  EXPECT_THROW(split_last_linear(mesh, dp::parse_model("linear:3,relu", 3, DType::f64)), Error);
+  expect_error(mesh, kAllAxes, "ce loss",
+               [&] { tp_clipped_grads(mesh, tp, x, y, {.clip = 1, .loss = dp::LossKind::ce}); },
+               {"tensor-parallel DP step", "supports the mse loss only"});
+  expect_error(mesh, kAllAxes, "clip", [&] { tp_clipped_grads(mesh, tp, x, y, {.clip = -1}); },
+               {"clip norm C is -1, expected a finite C > 0"});
+  expect_error(mesh, kAllAxes, "input width",
+               [&] {
+                 tp_clipped_grads(mesh, tp, random_normal({2, 4}, DType::f64, {}), y, {});
+               },
+               {"4 features, expected 3"});
+  expect_error(mesh, kAllAxes, "last layer",
+               [&] { split_last_linear(mesh, dp::parse_model("linear:3,relu", 3, DType::f64)); },
+               {"split_last_linear: the model's last layer must be a plain Linear"});
 }
 
 }  // namespace

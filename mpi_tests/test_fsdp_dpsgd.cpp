@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/fsdp.hpp"
+#include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/core/random.hpp"
 #include "src/dp/real.hpp"
 #include "src/perf/profiler.hpp"
@@ -18,7 +20,16 @@
 namespace meshtest::dist {
 namespace {
 
+using ccl_test::expect_error;
 using test_support::rel_err;
+
+// FsdpDpSgd keeps a reference to its mesh: a temporary mesh must not compile.
+static_assert(
+    std::is_constructible_v<FsdpDpSgd, const MeshDevice&, const dp::Sequential&, dp::DpSgdOptions>);
+static_assert(
+    !std::is_constructible_v<FsdpDpSgd, MeshDevice&&, const dp::Sequential&, dp::DpSgdOptions>);
+static_assert(
+    !std::is_constructible_v<FsdpDpSgd, MeshDevice, const dp::Sequential&, dp::DpSgdOptions>);
 
 constexpr const char* kSpec = "linear:7,gelu,rmsnorm,linear:5";
 constexpr std::int64_t kIn = 6, kOut = 5, kSeq = 3;
@@ -200,14 +211,22 @@ TEST(FsdpDpSgd, BadInputOnOneDeviceFailsEverywhere) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("features, expected 6"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(FsdpDpSgd(mesh, model, {.mode = "flash", .dp = {}, .noise = {}, .optimizer = {}}),
-               Error);
-  EXPECT_THROW(
-      FsdpDpSgd(mesh, model, {.mode = "ghost", .dp = {.clip = 0}, .noise = {}, .optimizer = {}}),
-      Error);
-  EXPECT_THROW(
-      FsdpDpSgd(mesh, model, {.mode = "ghost", .dp = {}, .noise = {.sigma = -1}, .optimizer = {}}),
-      Error);
+  expect_error(
+      mesh, kAllAxes, "mode",
+      [&] { FsdpDpSgd(mesh, model, {.mode = "flash", .dp = {}, .noise = {}, .optimizer = {}}); },
+      {"unknown DP mode 'flash'", "registered: fused, fused_bk, ghost, hooks, non_private"});
+  expect_error(mesh, kAllAxes, "clip",
+               [&] {
+                 FsdpDpSgd(mesh, model,
+                           {.mode = "ghost", .dp = {.clip = 0}, .noise = {}, .optimizer = {}});
+               },
+               {"clip norm C is 0, expected a finite C > 0"});
+  expect_error(mesh, kAllAxes, "sigma",
+               [&] {
+                 FsdpDpSgd(mesh, model,
+                           {.mode = "ghost", .dp = {}, .noise = {.sigma = -1}, .optimizer = {}});
+               },
+               {"FsdpDpSgd: noise multiplier sigma is -1, expected a finite sigma >= 0"});
 }
 
 }  // namespace

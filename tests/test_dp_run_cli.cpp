@@ -1,13 +1,9 @@
 // meshtest-run dpsgd end to end: files in, files out, against the one-sample-at-a-time
 // reference; single device vs mpirun -np 2 and 3; bad input exits 2.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -16,21 +12,17 @@
 #include "src/core/safetensors.hpp"
 #include "src/dp/noise.hpp"
 #include "tests/support/dp_reference.hpp"
+#include "tests/support/run_command.hpp"
 
 namespace meshtest::dp {
 namespace {
 
 namespace fs = std::filesystem;
 using test_support::rel_err;
+using test_support::run_command;
 
 fs::path run_binary() {
   return fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin" / "meshtest-run";
-}
-
-// Exit code of a shell command (stdout and stderr to `log`).
-int sh(const std::string& cmd, const fs::path& log) {
-  const int st = std::system((cmd + " > " + log.string() + " 2>&1").c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 class RunDpsgd : public ::testing::Test {
@@ -68,11 +60,6 @@ class RunDpsgd : public ::testing::Test {
         (dir_ / (tag + "_g.safetensors")).string(), extra);
   }
 
-  std::string log(const std::string& tag) {
-    std::ifstream in(dir_ / (tag + ".log"));
-    return {std::istreambuf_iterator<char>(in), {}};
-  }
-
   fs::path dir_;
   Tensor x_, y_;
 };
@@ -84,14 +71,12 @@ TEST_F(RunDpsgd, SingleAndShardedMatchTheReference) {
   const auto ref = test_support::dp_reference(m, x_, y_, opt);
   const std::string extra =
       "--loss ce --reduction mean --mode fused_bk --clip 0.3 --noise 0.5 --seed 9";
-  ASSERT_EQ(sh(args(spec, extra, "np1"), dir_ / "np1.log"), 0) << log("np1");
+  const auto np1 = run_command(args(spec, extra, "np1"));
+  ASSERT_EQ(np1.status, 0) << np1.out;
   for (const int np : {2, 3}) {
-    const std::string tag = fmt::format("np{}", np);
-    ASSERT_EQ(sh(fmt::format("mpirun --oversubscribe --allow-run-as-root -np {} {}", np,
-                             args(spec, extra, tag)),
-                 dir_ / (tag + ".log")),
-              0)
-        << log(tag);
+    const auto r = run_command(fmt::format("mpirun --oversubscribe --allow-run-as-root -np {} {}",
+                                           np, args(spec, extra, fmt::format("np{}", np))));
+    ASSERT_EQ(r.status, 0) << r.out;
   }
   const auto params = m.parameters();
   for (const std::string tag : {"np1", "np2", "np3"}) {
@@ -112,9 +97,8 @@ TEST_F(RunDpsgd, TwoDimensionalMseSumF32) {
   const Sequential m = write_inputs(spec, {4, 6}, LossKind::mse, DType::f32);
   const auto ref =
       test_support::dp_reference(m, x_, y_, {.clip = 1.0, .reduction = Reduction::sum});
-  ASSERT_EQ(sh(args(spec, "--loss mse --reduction sum --mode ghost --clip 1", "a"), dir_ / "a.log"),
-            0)
-      << log("a");
+  const auto r = run_command(args(spec, "--loss mse --reduction sum --mode ghost --clip 1", "a"));
+  ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_LE(rel_err(read_npy(dir_ / "a_n.npy"), test_support::as_tensor(ref.norms)), 1e-5);
   const SafetensorsFile g = SafetensorsFile::open(dir_ / "a_g.safetensors");
   EXPECT_EQ(g.info("0.weight").dtype, DType::f32);
@@ -134,28 +118,39 @@ TEST_F(RunDpsgd, BadInputExitsTwo) {
       {"--clip 1 --loss ce", "ce targets"},
       {"--clip 1 --reduction avg", "unknown loss reduction"},
   };
-  for (const auto& [extra, want] : bad) {
-    EXPECT_EQ(sh(args(spec, extra, "bad"), dir_ / "bad.log"), 2) << extra;
-    EXPECT_NE(log("bad").find(want), std::string::npos) << extra << ": " << log("bad");
-  }
-  EXPECT_EQ(sh(args("linear:5,relu,linear:4", "--clip 1", "bad"), dir_ / "bad.log"), 2);
-  EXPECT_NE(log("bad").find("2.weight"), std::string::npos) << log("bad");
-  EXPECT_EQ(sh(args("linear:5,relu", "--clip 1", "bad"), dir_ / "bad.log"), 2);
-  EXPECT_NE(log("bad").find("not a parameter"), std::string::npos) << log("bad");
+  const auto expect_exit_2 = [](const std::string& cmd, const std::string& want) {
+    const auto r = run_command(cmd);
+    EXPECT_EQ(r.status, 2) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << cmd << ": " << r.out;
+  };
+  for (const auto& [extra, want] : bad) expect_exit_2(args(spec, extra, "bad"), want);
+  expect_exit_2(args("linear:5,relu,linear:4", "--clip 1", "bad"), "2.weight");
+  expect_exit_2(args("linear:5,relu", "--clip 1", "bad"), "not a parameter");
   // Sharded: every rank rejects the same input and exits 2.
-  EXPECT_EQ(sh("mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 0", "bad"),
-               dir_ / "bad.log"),
-            2);
-  EXPECT_NE(log("bad").find("C > 0"), std::string::npos) << log("bad");
+  expect_exit_2("mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 0", "bad"),
+                "C > 0");
   write_npy(dir_ / "x.npy", Tensor({4, 0, 6}, DType::f64));  // T = 0
-  EXPECT_EQ(sh(args(spec, "--clip 1", "bad"), dir_ / "bad.log"), 2);
-  EXPECT_NE(log("bad").find("T = 0"), std::string::npos) << log("bad");
+  expect_exit_2(args(spec, "--clip 1", "bad"), "T = 0");
+}
+
+// A failure after the ranks started communicating (here rank 0 cannot write its output) is that
+// rank's alone: it names the rank and aborts the job (exit 3) instead of leaving others waiting.
+TEST_F(RunDpsgd, FailureWhileCommunicatingAbortsNamingTheRank) {
+  const std::string spec = "linear:3";
+  write_inputs(spec, {4, 5}, LossKind::mse, DType::f64);
+  const std::string cmd =
+      "mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 1", "nodir/x");
+  const auto r = run_command(cmd);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("meshtest-run dpsgd: [rank 0] error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nodir"), std::string::npos) << r.out;
 }
 
 TEST_F(RunDpsgd, EmptyBatchStillAddsNoise) {
   const std::string spec = "linear:3";
   write_inputs(spec, {0, 4}, LossKind::mse, DType::f64);
-  ASSERT_EQ(sh(args(spec, "--clip 1 --noise 1 --seed 2", "e"), dir_ / "e.log"), 0) << log("e");
+  const auto r = run_command(args(spec, "--clip 1 --noise 1 --seed 2", "e"));
+  ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(read_npy(dir_ / "e_n.npy").shape(), Shape{0});
   const Tensor g = SafetensorsFile::open(dir_ / "e_g.safetensors").read("0.weight");
   EXPECT_EQ(g.item(1), normal_at({.seed = 2, .stream = 0}, 1));  // σ C z / max(B, 1)

@@ -48,7 +48,7 @@ dp::Sequential load_model(const std::string& spec, std::int64_t in, DType dtype,
   return m;
 }
 
-int run(int argc, char** argv, const dist::Environment& env) {
+int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state) {
   po::options_description opts(
       "meshtest-run dpsgd: one DP-SGD step; writes the per-sample gradient norms and\n"
       "Σ_i c_i ∇θ ℓ_i (+ noise; ÷ B for mean), c_i = min(1, C / (‖∇θ ℓ_i‖ + 1e-6)).\n"
@@ -101,6 +101,7 @@ int run(int argc, char** argv, const dist::Environment& env) {
   // The whole batch is checked on every rank before any communication: all fail alike.
   dp::check_batch(model, x, y, opt.dp);
 
+  state.communicating = true;
   const dist::MeshDevice mesh = dist::MeshDevice::line();
   const std::int64_t batch = x.shape()[0];
   Tensor norms;

@@ -15,6 +15,7 @@
 #include "dist/parallel/tensor_parallel.hpp"
 #include "src/core/npy.hpp"
 #include "src/models/checkpoint.hpp"
+#include "tools/mpi_subcommand.hpp"
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
@@ -105,7 +106,7 @@ bool parse(int argc, char** argv, int rank, Args& a) {
   return true;
 }
 
-int run(int argc, char** argv, const dist::Environment& env, bool& communicating) {
+int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state) {
   Args a;
   if (!parse(argc, argv, env.rank(), a)) return 0;
   if (!a.make_tiny.empty()) {
@@ -136,7 +137,7 @@ int run(int argc, char** argv, const dist::Environment& env, bool& communicating
   // The same files on every rank: a bad checkpoint fails alike everywhere, before any CCL.
   const dist::TpTransformerWeights w =
       dist::read_tp_checkpoint(a.checkpoint, c, a.dtype, dist::tp_rank(mesh, tp), a.layers);
-  communicating = true;
+  state.communicating = true;  // every rank checked the same input above
   const double t0 = MPI_Wtime();
   const Tensor local = dist::tp_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, tp);
   const Tensor logits =
@@ -151,22 +152,7 @@ int run(int argc, char** argv, const dist::Environment& env, bool& communicating
   return 0;
 }
 
-int gpt_oss_main(int argc, char** argv) {
-  dist::Environment env(argc, argv);
-  bool communicating = false;
-  try {
-    return run(argc, argv, env, communicating);
-  } catch (const std::exception& e) {
-    // Before the forward every rank checks the same input and fails alike: rank 0 reports.
-    if (!communicating) {
-      if (env.rank() == 0) fmt::print(stderr, "{}: error: {}\n", kName, e.what());
-      return 2;
-    }
-    fmt::print(stderr, "{}: [rank {}] error: {}\n", kName, env.rank(), e.what());
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    return 3;
-  }
-}
+int gpt_oss_main(int argc, char** argv) { return mpi_subcommand(kName, argc, argv, run); }
 
 const RegisterSubcommand reg{
     {"gpt-oss", "logits of a gpt-oss checkpoint for given tokens (single device or TP mesh)",

@@ -2,7 +2,7 @@
 #include "dist/parallel/dp_tensor_parallel.hpp"
 
 #include "dist/ccl/all_reduce.hpp"
-#include "dist/parallel/dp_agree.hpp"
+#include "dist/mesh/agree.hpp"
 #include "src/dp/clip.hpp"
 #include "src/dp/norms.hpp"
 #include "src/ops/visit_real.hpp"
@@ -28,7 +28,7 @@ ColumnParallelModel split_last_linear(const MeshDevice& mesh, const dp::Sequenti
 
 TpDpGrads tp_clipped_grads(const MeshDevice& mesh, ColumnParallelModel& model, const Tensor& x,
                            const Tensor& y, const dp::DpOptions& opt, int axis) {
-  agree_or_throw(mesh, axis, "tensor-parallel DP step", [&] {
+  check_and_agree(mesh.comm(axis), "tensor-parallel DP step", [&] {
     MESHTEST_CHECK(opt.loss == dp::LossKind::mse,
                    "tensor-parallel DP supports the mse loss only (it splits over features)");
     dp::check_clip(opt.clip, "tensor-parallel DP step");

@@ -4,7 +4,7 @@
 #include "dist/ccl/all_gather.hpp"
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/ccl/reduce_scatter.hpp"
-#include "dist/parallel/dp_agree.hpp"
+#include "dist/mesh/agree.hpp"
 #include "src/dp/real.hpp"
 
 namespace meshtest::dist {
@@ -38,8 +38,8 @@ void FsdpDpSgd::free_layer(std::size_t layer) {
 }
 
 FsdpDpSgd::NoisyGrads FsdpDpSgd::noisy_grads(const Tensor& x, const Tensor& y) {
-  agree_or_throw(*mesh_, axis_, "FSDP DP-SGD step",
-                 [&] { dp::check_batch(pm_.model(), x, y, opt_.dp); });
+  check_and_agree(mesh_->comm(axis_), "FSDP DP-SGD step",
+                  [&] { dp::check_batch(pm_.model(), x, y, opt_.dp); });
   Tensor b = Tensor::from_vector<std::int64_t>({1}, {x.shape()[0]});
   all_reduce_inplace(*mesh_, b, {.axis = axis_});
   NoisyGrads out{.global_batch = b.data<std::int64_t>()[0]};
@@ -48,7 +48,7 @@ FsdpDpSgd::NoisyGrads FsdpDpSgd::noisy_grads(const Tensor& x, const Tensor& y) {
   dpo.global_batch = out.global_batch;
   const dp::StepHooks hooks{.layers = {.before = [this](std::size_t l) { gather_layer(l); },
                                        .after = [this](std::size_t l) { free_layer(l); }},
-                            .all_of = [this](bool v) { return all_devices(*mesh_, axis_, v); }};
+                            .all_of = [this](bool v) { return all_ranks(mesh_->comm(axis_), v); }};
   dp::DpGrads g = pm_.mode().run(pm_.model(), x, y, dpo, hooks);
   pm_.model().release();
 

@@ -23,11 +23,17 @@ namespace meshtest::dist {
 ///
 /// Collective: every device of the axis constructs it and calls step() with the same options
 /// and model (only the batch differs); bad input on any device makes every device throw.
+///
+/// Lifetime: it keeps a reference to `mesh` (not a copy: a MeshDevice owns communicators), so
+/// the mesh must outlive it; passing a temporary MeshDevice does not compile. `model` is copied.
 class FsdpDpSgd {
  public:
   /// `model`: the same full model on every device; each device keeps only its shards.
   FsdpDpSgd(const MeshDevice& mesh, const dp::Sequential& model, dp::DpSgdOptions opt,
             int axis = kAllAxes);
+  /// Deleted: the mesh would be destroyed while this still refers to it.
+  FsdpDpSgd(MeshDevice&& mesh, const dp::Sequential& model, dp::DpSgdOptions opt,
+            int axis = kAllAxes) = delete;
 
   /// One step on this device's samples.   x: [B_r, (T,) d], y: as the loss needs (B_r may be 0)
   /// Returns this device's per-sample norms and clip coefficients [B_r] and its local loss.
@@ -55,7 +61,7 @@ class FsdpDpSgd {
   void gather_layer(std::size_t layer);
   void free_layer(std::size_t layer);
 
-  const MeshDevice* mesh_;
+  const MeshDevice* mesh_;  // not owned: the caller's mesh, which outlives this
   int axis_;
   dp::DpSgdOptions opt_;
   dp::PrivateModel pm_;

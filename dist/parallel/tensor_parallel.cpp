@@ -2,11 +2,11 @@
 // token split with gathered keys/values, vocab-parallel embedding and unembedding.
 #include "dist/parallel/tensor_parallel.hpp"
 
-#include <climits>
 #include <string>
 
 #include "dist/ccl/all_gather.hpp"
 #include "dist/ccl/all_reduce.hpp"
+#include "dist/mesh/agree.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/models/transformer_block.hpp"
 #include "src/ops/attention.hpp"
@@ -33,24 +33,11 @@ std::int64_t gather_token_offset(const MeshDevice& mesh, std::int64_t local_toke
   return offset;
 }
 
-// Runs this device's input checks, then agrees with every device of the mesh (one MPI_Allreduce)
-// so that a bad input on any device throws on all of them before any CCL, never a hang: the
-// failing devices throw their own message, the others name the first failing device.
+// This device's input checks, agreed over the whole mesh (dist/mesh/agree.hpp): a bad input on
+// any device throws the same error on all of them before any CCL, never a hang.
 template <class F>
 void check_on_all(const MeshDevice& mesh, std::string_view op, F&& checks) {
-  std::string message;
-  try {
-    checks();
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  const int mine = message.empty() ? INT_MAX : mesh.device_id();
-  int first = INT_MAX;
-  MESHTEST_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, mesh.comm()));
-  if (first == INT_MAX) return;
-  if (!message.empty()) throw Error(message);
-  fail("{}: device {} of mesh {} rejected its input (its error names the problem)", op, first,
-       mesh.str());
+  check_and_agree(mesh.comm(), op, checks);
 }
 
 void check_activation(std::string_view op, const Tensor& x, std::int64_t hidden) {
