@@ -1,6 +1,8 @@
-# meshtest_add_mpi_test(<target> [NP n...] [TIMEOUT s] [ARGS ...])
+# meshtest_add_mpi_test(<target> [NAME name] [NP n...] [TIMEOUT s] [ENV var=value...]
+#                       [ARGS ...])
 # Registers an MPI GoogleTest binary in CTest once per rank count, as
-# <target>.np<N>, with labels "mpi" and "np<N>", PROCESSORS N and a timeout.
+# <name>.np<N> (name defaults to the target), with labels "mpi" and "np<N>",
+# PROCESSORS N, a timeout and ENV added to the environment.
 # mpirun gets --oversubscribe (the rank count may exceed the cores) and is
 # allowed to run as root (CI containers).
 include_guard(GLOBAL)
@@ -21,7 +23,10 @@ if(MESHTEST_SANITIZE)
 endif()
 
 function(meshtest_add_mpi_test target)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "NP;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;NAME" "NP;ARGS;ENV" ${ARGN})
+  if(NOT ARG_NAME)
+    set(ARG_NAME ${target})
+  endif()
   if(NOT ARG_NP)
     set(ARG_NP ${MESHTEST_DEFAULT_NPS})
   endif()
@@ -29,13 +34,13 @@ function(meshtest_add_mpi_test target)
     set(ARG_TIMEOUT 300)
   endif()
   foreach(np IN LISTS ARG_NP)
-    add_test(NAME ${target}.np${np}
+    add_test(NAME ${ARG_NAME}.np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
-    set_tests_properties(${target}.np${np} PROPERTIES
+    set_tests_properties(${ARG_NAME}.np${np} PROPERTIES
       LABELS "mpi;np${np}"
       PROCESSORS ${np}
       TIMEOUT ${ARG_TIMEOUT}
-      ENVIRONMENT "${MESHTEST_MPI_TEST_ENV}")
+      ENVIRONMENT "${MESHTEST_MPI_TEST_ENV};${ARG_ENV}")
   endforeach()
 endfunction()

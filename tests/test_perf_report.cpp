@@ -89,6 +89,10 @@ TEST(PerfReport, E2eStatsByHand) {
   EXPECT_DOUBLE_EQ(s.min_us, 2);
   EXPECT_DOUBLE_EQ(s.max_us, 9);
   EXPECT_DOUBLE_EQ(s.std_us, 2);
+  // Equal times: the rounded sum / n (0.007000000000000001) must not exceed the max.
+  const E2eStats same = e2e_stats(std::vector<double>(5, 0.007), 0);
+  EXPECT_EQ(same.mean_us, 0.007);
+  EXPECT_LE(same.mean_us, same.max_us);
   expect_error([] { e2e_stats({}, 0); }, {"no measured iterations"});
   const std::vector<double> nan = {1, std::nan("")};
   expect_error([&] { e2e_stats(nan, 0); }, {"finite"});

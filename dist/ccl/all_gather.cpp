@@ -1,8 +1,10 @@
-// all_gather: MPI_Allgather(v) of each device's piece, placed along `dim` in axis order (in
-// place by a derived datatype when the pieces are even).
+// all_gather: each device's piece, placed along `dim` in axis order: through the shared-memory
+// group for equal pieces along a leading dim, else MPI_Allgather(v) (in place by a derived
+// datatype when the pieces are even).
 #include "dist/ccl/all_gather.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/shm.hpp"
 
 #include <climits>
 #include <tuple>
@@ -61,8 +63,15 @@ Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOption
   call.perf().attr("dim", d).output(out);
   if (out.empty()) return out;
 
+  // Equal contiguous pieces go through the shared-memory group when there is one.
+  detail::ShmGroup* shm = plan->even && plan->layout.direct() ? call.shm() : nullptr;
   auto exchange = [pl = plan, in = x.bytes(), o = out.bytes(), t = detail::mpi_type(x.dtype()),
-                   me = static_cast<std::size_t>(call.index()), comm = call.comm()] {
+                   me = static_cast<std::size_t>(call.index()), comm = call.comm(), shm,
+                   bytes = x.nbytes()] {
+    if (shm != nullptr) {
+      shm->all_gather(in, o, bytes);
+      return;
+    }
     if (pl->piece.get() != MPI_DATATYPE_NULL) {  // received in place, no unpack pass
       MESHTEST_MPI(MPI_Allgather(in, pl->piece_bytes, MPI_BYTE, o, 1, pl->piece.get(), comm));
       return;

@@ -1,7 +1,9 @@
-// all_reduce: MPI_Allreduce, out of place or in place; avg = sum / p.
+// all_reduce: the shared-memory ring (one node) or MPI_Allreduce, out of place or in place;
+// avg = sum / p.
 #include "dist/ccl/all_reduce.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/shm.hpp"
 
 namespace meshtest::dist {
 
@@ -22,11 +24,16 @@ void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOp
   call.perf().attr("op", reduce_op_name(opt.op)).output(out);
   const int count = call.count(x.numel(), "the tensor");
   if (count == 0) return;
-  // No plan: the call needs nothing beyond the count, the MPI datatype and op.
-  auto exchange = [send = &x == &out ? MPI_IN_PLACE : x.bytes(), recv = out.bytes(), count,
-                   t = detail::mpi_type(x.dtype()), dt = x.dtype(), op, rop = opt.op,
-                   comm = call.comm(), p = call.size()] {
-    MESHTEST_MPI(MPI_Allreduce(send, recv, count, t, op, comm));
+  // No plan: the call needs nothing beyond the count, the MPI datatype and op. Through the
+  // shared-memory group when there is one (on one node), else MPI_Allreduce.
+  auto exchange = [in = x.bytes(), send = &x == &out ? MPI_IN_PLACE : x.bytes(), recv = out.bytes(),
+                   count, t = detail::mpi_type(x.dtype()), dt = x.dtype(), op, rop = opt.op,
+                   comm = call.comm(), shm = call.shm(), p = call.size()] {
+    if (shm != nullptr) {
+      shm->all_reduce(in, recv, count, dt, rop);
+    } else {
+      MESHTEST_MPI(MPI_Allreduce(send, recv, count, t, op, comm));
+    }
     detail::finish_avg(recv, count, dt, rop, p);
   };
   exchange();

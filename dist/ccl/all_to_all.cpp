@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/shm.hpp"
 
 namespace meshtest::dist {
 
@@ -80,8 +81,15 @@ std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s
 // Runs the planned exchange of x into a new tensor (and records it while tracing).
 Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan> plan) {
   Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
+  // Equal contiguous blocks on both sides go through the shared-memory group when there is one.
+  detail::ShmGroup* shm =
+      plan->in_place && plan->send.direct() && plan->recv.direct() ? call.shm() : nullptr;
   auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(),
-              t = detail::mpi_type(x.dtype()), comm = call.comm()] {
+              t = detail::mpi_type(x.dtype()), comm = call.comm(), shm] {
+    if (shm != nullptr) {
+      shm->all_to_all(in, o, static_cast<std::size_t>(pl->block_bytes));
+      return;
+    }
     if (pl->in_place) {
       const bool sd = pl->send.direct(), rd = pl->recv.direct();
       MESHTEST_MPI(MPI_Alltoall(in, sd ? pl->block_bytes : 1, sd ? MPI_BYTE : pl->send_type.get(),

@@ -1,6 +1,8 @@
 // The common work of every collective: checks, metadata agreement, MPI datatype and op maps.
 #include "dist/ccl/detail.hpp"
 
+#include "dist/ccl/shm.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -152,11 +154,17 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
     uniform_ = !error_;  // no other device to agree with
   } else if (a.tensors) {
     const std::uint64_t h = sig.hash();
-    std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
-                                  error_ ? 1 : 0};
-    MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
-    // max(h) == ~max(~h) == min(h): every hash is equal.
-    uniform_ = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
+    if (ShmGroup* g = ShmGroup::find(comm_)) {
+      uniform_ = g->agree(h, error_.has_value());  // one shared-memory step
+    } else {
+      std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
+                                    error_ ? 1 : 0};
+      MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
+      // max(h) == ~max(~h) == min(h): every hash is equal.
+      uniform_ = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
+      // The group agrees, so every device is here: make the shared-memory path (once).
+      if (uniform_) ShmGroup::establish(comm_);
+    }
   }
   if (uniform_) {
     Meta m;
@@ -172,6 +180,8 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
   for (const Meta& m : group_) sig.add("device", m.shape(), m.dtype_value());
   plan_key_ = std::move(sig.add("index", index_));
 }
+
+ShmGroup* Call::shm() const { return size_ > 1 ? ShmGroup::find(comm_) : nullptr; }
 
 int Call::device_of(int index) const {
   const auto [r, c] = mesh_.coord();

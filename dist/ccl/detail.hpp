@@ -29,6 +29,8 @@
 
 namespace meshtest::dist::detail {
 
+class ShmGroup;
+
 /// An option that every device of the group must pass with the same value.
 struct AgreedOption {
   std::string_view name;
@@ -69,7 +71,9 @@ struct Meta {
 /// whether all signatures (op, axis, options, dtype, shape) are equal and no device found an
 /// error; only when they are not does it gather every device's Meta (MPI_Allgather) and
 /// validate the group in full, which gives the detailed error (or, e.g. for uneven
-/// all_gather pieces, the per-device sizes).
+/// all_gather pieces, the per-device sizes). Once the group's communicator has its
+/// shared-memory group (made after the first agreement; shm.hpp), the hash exchange is one
+/// shared-memory step instead of the MPI_Allreduce.
 class Call {
  public:
   /// `op` and the fields' keys and texts must be string literals (see LogField).
@@ -79,6 +83,10 @@ class Call {
   Call& operator=(const Call&) = delete;
 
   MPI_Comm comm() const { return comm_; }
+  /// The shared-memory group of the axis communicator (shm.hpp), or nullptr: no group (one
+  /// device, devices on several nodes, or turned off). CCLs use it when their agreed plan
+  /// exchanges contiguous, equal pieces.
+  ShmGroup* shm() const;
   int size() const { return size_; }    ///< devices in the axis group (p)
   int index() const { return index_; }  ///< this device's index in the group
 

@@ -1,9 +1,10 @@
-// reduce_scatter: direct point-to-point exchange of array_split blocks of `dim`, then a local
-// reduction.
+// reduce_scatter: the shared-memory ring for equal blocks on one node (shm.hpp), else a direct
+// point-to-point exchange of array_split blocks of `dim`, then a local reduction.
 #include "dist/ccl/reduce_scatter.hpp"
 
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/private_comm.hpp"
+#include "dist/ccl/shm.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -36,6 +37,7 @@ struct Plan : perf::Plan {
   std::vector<std::byte> packed;      // x's blocks end to end (when not direct)
   std::vector<std::byte> received;    // blocks from devices r+2, ..., r-1 (p-2 of them)
   std::vector<MPI_Request> requests;  // 2(p-1)
+  bool even = false;                  // every block has the same size
 };
 
 void exchange_and_reduce(Plan& pl, const std::byte* packed, std::byte* out, MPI_Datatype t,
@@ -85,22 +87,29 @@ Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x, const ReduceScatt
         static_cast<std::size_t>(pl->out_shape.numel()) * dtype_size(x.dtype());
     pl->received.resize(mine * static_cast<std::size_t>(std::max(0, call.size() - 2)));
     pl->requests.resize(2 * static_cast<std::size_t>(call.size() - 1));
+    pl->even = std::ranges::all_of(pl->counts, [&](int c) { return c == pl->counts[0]; });
     return pl;
   });
   Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
   call.perf().attr("dim", d).attr("op", reduce_op_name(opt.op)).output(out);
   if (x.empty()) return out;
 
+  // Equal blocks go through the shared-memory group when there is one (packed first when the
+  // dim is not leading).
+  detail::ShmGroup* shm = plan->even ? call.shm() : nullptr;
   auto exchange = [pl = plan, in = x.bytes(), o = out.bytes(), n = out.numel(),
                    t = detail::mpi_type(x.dtype()), dt = x.dtype(), op, rop = opt.op,
-                   comm = call.size() > 1 ? detail::private_comm(call.comm()) : MPI_COMM_NULL,
-                   r = call.index(), p = call.size()] {
+                   comm = call.size() > 1 && shm == nullptr ? detail::private_comm(call.comm())
+                                                            : MPI_COMM_NULL,
+                   shm, r = call.index(), p = call.size()] {
     std::byte* packed = const_cast<std::byte*>(in);  // read only: MPI's send buffers are void*
     if (!pl->layout.direct()) {
       pl->layout.pack(in, pl->packed.data());
       packed = pl->packed.data();
     }
-    if (p == 1) {
+    if (shm != nullptr) {
+      shm->reduce_scatter(packed, o, n, dt, rop);
+    } else if (p == 1) {
       std::memcpy(o, packed, static_cast<std::size_t>(n) * dtype_size(dt));
     } else {
       exchange_and_reduce(*pl, packed, o, t, op, comm, r, p);

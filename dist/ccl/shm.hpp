@@ -1,0 +1,102 @@
+// shm: the intra-node shared-memory path of the collectives (MPI-3 shared windows).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dist/ccl/options.hpp"
+#include "src/core/dtype.hpp"
+
+namespace meshtest::dist::detail {
+
+/// A communicator's devices, all on one node, exchanging through one MPI-3 shared window
+/// (MPI_Win_allocate_shared): each device owns a segment of kSlots slots of kChunk bytes and
+/// two step counters. A collective is a sequence of steps; in step g every device waits until
+/// slot g % kSlots is free (every device has consumed step g - kSlots), writes its part into
+/// its own slot, publishes `ready = g + 1` (release), waits until every device is ready
+/// (acquire) and reads what it needs from every device's slot, then publishes `done = g + 1`.
+/// Large messages stream through the ring chunk by chunk while the chunks stay in cache;
+/// there is one copy in and one copy (or reduction) out, and no MPI call per step.
+///
+/// The agreement of a call (Call::agree) is itself a step: every device writes its signature
+/// hash and error flag, and every device reads all of them, so all decide alike whether the
+/// group agrees (on a mismatch Call falls back to the full MPI metadata exchange and its
+/// detailed error). Every device runs the same steps for the same agreed call, so the step
+/// counters never diverge.
+///
+/// Reductions run in ascending axis index order, x_0 op x_1 op ... op x_{p-1} (bf16 computes
+/// each op in f32 and rounds, as the MPI path's bf16 op does), identically on every device,
+/// so all_reduce's outputs are equal bit for bit across devices; for p = 2 the result also
+/// equals MPI_Allreduce's, since IEEE addition is commutative.
+///
+/// Waiting spins (x86 pause) and then yields; when the node holds more ranks than cores
+/// (mpirun --oversubscribe) it yields at once and steps move whole slots (fewer steps, fewer
+/// context switches); otherwise steps move a quarter slot (measured best on 2 ranks). A device that
+/// never arrives leaves the others waiting inside the collective, where the test harness's watchdog
+/// sees them, as it sees a rank waiting inside an MPI collective.
+class ShmGroup {
+ public:
+  static constexpr std::size_t kSlots = 4;
+  static constexpr std::size_t kChunk = std::size_t{512} << 10;  ///< bytes per slot
+  /// Bytes a step moves per device: a quarter slot, so the ring stays in cache, unless the
+  /// node is oversubscribed, where each step costs context switches and a whole slot is used.
+  std::size_t chunk() const { return chunk_; }
+
+  /// The group of `comm`, or nullptr when it has none (not made yet, turned off, or its
+  /// devices span nodes). Local: an attribute lookup.
+  static ShmGroup* find(MPI_Comm comm);
+  /// Collective over `comm` (every device must call it at the same point, as Call::agree does
+  /// after a successful agreement); does nothing after the first call for `comm`. Makes the
+  /// group when `comm` has more than one device, all of them share a node and every device
+  /// has the path enabled (see enabled()); otherwise records that `comm` has none.
+  static void establish(MPI_Comm comm);
+  /// Whether this process makes groups for communicators established from now on: the
+  /// environment variable MESHTEST_CCL_SHM (0 turns the path off; default on), unless
+  /// set_enabled() overrode it. Devices that disagree get no group (agreed at establish).
+  static bool enabled();
+  static void set_enabled(bool on);
+
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+  ~ShmGroup();
+
+  int size() const { return size_; }
+  int index() const { return index_; }
+
+  /// One step: true when every device passed the same hash and no device an error.
+  bool agree(std::uint64_t hash, bool error);
+  /// out = x_0 op ... op x_{p-1} over `n` elements of `t` (out may be in); avg sums (the
+  /// caller divides). t must not be u8.
+  void all_reduce(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
+  /// out = the `piece` bytes of device 0, then device 1's, ...
+  void all_gather(const std::byte* in, std::byte* out, std::size_t piece);
+  /// Block j (`block` bytes) of `in` goes to device j; out holds device 0's block, then 1's...
+  void all_to_all(const std::byte* in, std::byte* out, std::size_t block);
+  /// out = block `index()` (n elements of t) of x_0 op ... op x_{p-1}, where in holds p such
+  /// blocks end to end.
+  void reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
+
+ private:
+  ShmGroup(MPI_Comm node, int oversubscribed);
+  template <class Write, class Read>
+  void step(const Write& write, const Read& read);
+  void wait_all(std::size_t counter, std::uint64_t target) const;
+  std::atomic<std::uint64_t>& counter(int device, std::size_t which) const;
+  std::byte* header(int device, std::size_t slot) const;
+  std::byte* slot(int device, std::size_t slot) const;
+
+  MPI_Comm node_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  int size_ = 1;
+  int index_ = 0;
+  bool yield_ = false;
+  std::size_t chunk_ = kChunk;
+  std::vector<std::byte*> base_;  // every device's segment
+  std::uint64_t steps_ = 0;       // steps this device has begun
+};
+
+}  // namespace meshtest::dist::detail
