@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
+#include "dist/ccl/shm.hpp"
 #include "dist/mesh/environment.hpp"
 #include "src/core/file.hpp"
 #include "tools/subcommand.hpp"
@@ -169,6 +171,32 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
   return row;
 }
 
+/// memcpy bandwidth of `bytes` between two buffers, every rank copying at once (the contention
+/// the CCL meets): bytes / the best time of one copy, the slowest rank's, in GB/s.
+double memcpy_gbps(const MeshDevice& mesh, std::int64_t bytes) {
+  std::vector<std::byte> a(static_cast<std::size_t>(bytes), std::byte{1});
+  std::vector<std::byte> b(a.size(), std::byte{2});
+  const auto copy = [&] { std::memcpy(b.data(), a.data(), a.size()); };
+  const double est = time_per_call(mesh.comm(), 1, copy);
+  const int per = std::clamp(static_cast<int>(2e-3 / std::max(est, 1e-9)), 1, 100);
+  double t = 1e30;
+  for (int w = 0; w < 5; ++w) t = std::min(t, time_per_call(mesh.comm(), per, copy));
+  return static_cast<double>(bytes) / t / 1e9;
+}
+
+/// all_reduce's busbw against memcpy of the same bytes (the shared-memory stretch target).
+void print_memcpy(const std::vector<Row>& rows, const std::vector<double>& gbps) {
+  fmt::print(
+      "# all_reduce busbw / memcpy bandwidth of the same bytes (every rank copying at once); the "
+      "stretch target is >= 0.40 at 4-32 MiB, np 2\n"
+      "#        size   memcpy   busbw  busbw/memcpy\n"
+      "#         (B)   (GB/s)  (GB/s)\n");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    fmt::print("{:>13} {:>8.2f} {:>7.2f} {:>13.2f}\n", rows[i].bytes, gbps[i], rows[i].busbw,
+               rows[i].busbw / gbps[i]);
+  }
+}
+
 // ------------------------------------------------------------------------------ main
 
 /// Parses argv into o; returns 0 to go on, 1 after --help, 2 on bad input (message printed).
@@ -235,17 +263,32 @@ int bench_ccl(int argc, char** argv) {
                  human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
                  o.factor);
     }
+    // One agreed call makes the shared-memory group when the ranks share a node (shm.hpp).
+    (void)dist::all_reduce(mesh, Tensor(Shape{1}, DType::i32));
+    if (root) {
+      fmt::print("# meshtest's path for equal contiguous pieces: {}\n",
+                 dist::detail::ShmGroup::find(mesh.comm()) != nullptr
+                     ? "the shared-memory ring (MESHTEST_CCL_SHM=0 turns it off)"
+                     : "MPI (no shared-memory group: one rank, several nodes or "
+                       "MESHTEST_CCL_SHM=0)");
+    }
     for (Op op : o.ops) {
       if (root) print_header(o, op, p);
       std::vector<Row> rows;
+      std::vector<double> gbps;
       for (double b = static_cast<double>(o.min_bytes);
            b <= static_cast<double>(o.max_bytes) * 1.0001;
            b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
         rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
         if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
         all.push_back(to_json(rows.back(), o, p));
+        if (op == Op::all_reduce) {
+          gbps.push_back(memcpy_gbps(mesh, rows.back().bytes));
+          all.back()["memcpy_gbps"] = gbps.back();
+        }
       }
       if (root) print_model(op, p, rows);
+      if (root && op == Op::all_reduce) print_memcpy(rows, gbps);
     }
     if (root && !o.json.empty()) {
       const std::string text = all.dump(2) + "\n";

@@ -1,5 +1,7 @@
 // reduce_scatter's point-to-point messages use a private communicator: a wildcard receive the
 // user has pending on the same axis communicator neither takes them nor is completed by them.
+// (On one node the shared-memory path sends no messages at all; ctest also runs this binary
+// with MESHTEST_CCL_SHM=0 as test_ccl_private_comm_mpi_path, where the messages are sent.)
 #include <gtest/gtest.h>
 #include <mpi.h>
 

@@ -11,9 +11,11 @@ namespace meshtest::dist {
 /// x: [..., n_i, ...] on device i (n_i may differ, e.g. array_split shards;
 /// all other dims and the dtype must agree). Returns [..., sum_i n_i, ...],
 /// the pieces concatenated along opt.dim in axis order, on every device. Empty pieces
-/// (n_i = 0) are fine. Agrees on the call (detail::Call: one small MPI_Allreduce; the
-/// per-device sizes are gathered only when pieces differ), then MPI_Allgather (even pieces;
-/// along a non-leading dim into place through a derived datatype) or MPI_Allgatherv.
+/// (n_i = 0) are fine. Agrees on the call (detail::Call: one shared-memory step or one small
+/// MPI_Allreduce; the per-device sizes are gathered only when pieces differ), then, for even
+/// pieces along a leading dim on one node, the shared-memory ring (detail::ShmGroup), else
+/// MPI_Allgather (even pieces; along a non-leading dim into place through a derived datatype)
+/// or MPI_Allgatherv.
 /// Throws meshtest::Error, the same on every device of the group (never a hang), when:
 /// opt.axis is not 0, 1 or kAllAxes (thrown locally, before any communication); opt.dim is
 /// out of range [-rank, rank) on any device; devices disagree on opt.dim; dtypes differ;

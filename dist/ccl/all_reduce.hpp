@@ -9,8 +9,10 @@ namespace meshtest::dist {
 /// Collective over the devices of `opt.axis` (same CCLs, same order on all).
 /// x: the same shape and dtype on every device. Returns the reduction on every device.
 /// avg = sum, then / p (floating dtypes only); bf16 reduces in f32 and rounds to bf16; u8
-/// cannot be reduced. Agrees on the call (detail::Call: one small
-/// MPI_Allreduce), then MPI_Allreduce. Throws
+/// cannot be reduced. Agrees on the call (detail::Call: one shared-memory step or one small
+/// MPI_Allreduce), then reduces through the shared-memory ring when the group is on one node
+/// (detail::ShmGroup: x_0 op x_1 op ... in axis order, the same bits on every device), else
+/// MPI_Allreduce. Throws
 /// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
 /// (locally); devices disagreeing on op, dtype or shape; an unsupported op for the dtype
 /// ("reduce op X is not supported for dtype Y"); more than INT_MAX elements.

@@ -15,8 +15,9 @@ namespace meshtest::dist {
 /// concatenated along opt.concat_dim in axis order. All dims but split_dim
 /// must agree across devices, and so must the dtype; when split_dim != concat_dim the
 /// split_dim sizes must agree too (the received pieces are concatenated along concat_dim).
-/// Agrees on the call (detail::Call), then MPI_Alltoall (even blocks; strided ones through
-/// derived datatypes) or MPI_Alltoallv. Throws meshtest::Error, the same on
+/// Agrees on the call (detail::Call), then, for even blocks along leading dims on one node,
+/// the shared-memory ring (detail::ShmGroup), else MPI_Alltoall (even blocks; strided ones
+/// through derived datatypes) or MPI_Alltoallv. Throws meshtest::Error, the same on
 /// every device of the group (never a hang), for: a bad axis (locally), split_dim or
 /// concat_dim; devices disagreeing on the dims, the dtype or the shape; buffers beyond INT_MAX
 /// elements.

@@ -11,8 +11,11 @@ namespace meshtest::dist {
 /// element-wise reduction's slice i along opt.dim on the device with axis
 /// index i: [..., n_i, ...] with n_i by the array_split rule (n % p first
 /// devices get ceil(n/p)); n < p gives some devices an empty slice. Agrees on the call
-/// (see detail::Call), then sends each block straight to its device (MPI_Isend / MPI_Irecv) and
-/// reduces locally with MPI_Reduce_local (faster than Open MPI's MPI_Reduce_scatter on one node);
+/// (see detail::Call). Equal blocks (p divides n) on one node go through the shared-memory
+/// ring (detail::ShmGroup; a non-leading dim is packed first): device i reads block i of every
+/// device's input and reduces x_0 op x_1 op ... op x_{p-1} in axis order. Otherwise it sends
+/// each block straight to its device (MPI_Isend / MPI_Irecv) and reduces locally with
+/// MPI_Reduce_local (both far faster than Open MPI's MPI_Reduce_scatter on one node);
 /// workspaces are planned once per signature. avg = sum, then / p; bf16 reduces in f32 and rounds
 /// to bf16. Throws meshtest::Error, the same on every device of the group (never a hang), for: a
 /// bad axis (locally) or dim; devices disagreeing on dim or op, on the dtype or on the shape; avg
@@ -20,7 +23,8 @@ namespace meshtest::dist {
 /// beyond INT_MAX elements.
 ///
 /// Summation order (deterministic: the same inputs give the same bits on every run and at
-/// every plan-cache state): device i reduces its block as
+/// every plan-cache state): on the shared-memory ring x_0 (op) x_1 (op) ... (op) x_{p-1};
+/// on the MPI path device i reduces its block as
 /// x_{i+1} (op) x_i, then (op) x_{i+2}, ..., (op) x_{i-1} (indices mod p, left to right). For
 /// integers, max and min this equals any other order; for floating-point sums it is not
 /// necessarily bit-equal to all_reduce followed by slicing (MPI_Allreduce may add in another
