@@ -22,9 +22,20 @@ using detail::ShmGroup;
 
 constexpr DType kTypes[] = {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64};
 
-/// Device j's input: integers in [-8, 8], so every sum, max and min is exact in every dtype.
+/// Device j's input values: integers in [-8, 8], so every sum, max and min is exact in every
+/// dtype.
+std::vector<double> input_values(std::int64_t n, int j) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<double>(
+               (static_cast<std::int64_t>(j) * 37 + static_cast<std::int64_t>(i) * 11 + 5) % 17) -
+           8;
+  }
+  return v;
+}
+
 Tensor input(const Shape& shape, DType t, int j) {
-  return random_integers(shape, t, {.seed = 11, .stream = static_cast<std::uint64_t>(j)}, -8, 8);
+  return Tensor::from_vector(shape, input_values(shape.numel(), j)).astype(t);
 }
 
 std::vector<double> values(const Tensor& t) {
@@ -34,10 +45,10 @@ std::vector<double> values(const Tensor& t) {
 }
 
 /// Element-wise reduction of every device's input, in f64 (exact for these inputs).
-std::vector<double> reduced(const Shape& shape, DType t, int p, ReduceOp op) {
-  std::vector<double> acc = values(input(shape, t, 0));
+std::vector<double> reduced(const Shape& shape, int p, ReduceOp op) {
+  std::vector<double> acc = input_values(shape.numel(), 0);
   for (int j = 1; j < p; ++j) {
-    const std::vector<double> v = values(input(shape, t, j));
+    const std::vector<double> v = input_values(shape.numel(), j);
     for (std::size_t i = 0; i < acc.size(); ++i) {
       acc[i] = op == ReduceOp::max   ? std::max(acc[i], v[i])
                : op == ReduceOp::min ? std::min(acc[i], v[i])
@@ -83,7 +94,7 @@ TEST(CclShm, MultiChunkCallsMatchReferences) {
     const Shape flat{multi_chunk(chunk, t)};
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
       SCOPED_TRACE(reduce_op_name(op));
-      const std::vector<double> want = reduced(flat, t, p, op);
+      const std::vector<double> want = reduced(flat, p, op);
       EXPECT_EQ(values(all_reduce(mesh, input(flat, t, me), {.op = op})), want);
       Tensor x = input(flat, t, me);
       all_reduce_inplace(mesh, x, {.op = op});
@@ -101,12 +112,12 @@ TEST(CclShm, MultiChunkCallsMatchReferences) {
     for (int j = 0; j < p; ++j) mine.push_back(input(x_shape, t, j).slice(0, me * m, m));
     EXPECT_TRUE(all_to_all(mesh, input(x_shape, t, me), {.split_dim = 0, .concat_dim = 0})
                     .bitwise_equal(concat(mine, 0)));
-    const std::vector<double> sum = reduced(x_shape, t, p, ReduceOp::sum);
+    const std::vector<double> sum = reduced(x_shape, p, ReduceOp::sum);
     const std::vector<double> block(sum.begin() + me * m * 3, sum.begin() + (me + 1) * m * 3);
     EXPECT_EQ(values(reduce_scatter(mesh, input(x_shape, t, me), {.dim = 0})), block);
     // Along dim 1 of [3, p * m]: packed into blocks, then the same ring.
     const Shape y_shape{3, p * m};
-    const std::vector<double> ysum = reduced(y_shape, t, p, ReduceOp::sum);
+    const std::vector<double> ysum = reduced(y_shape, p, ReduceOp::sum);
     std::vector<double> ywant;
     for (std::int64_t r = 0; r < 3; ++r) {
       const auto at = ysum.begin() + r * p * m + me * m;
@@ -150,8 +161,7 @@ TEST(CclShm, DisagreementAfterTheGroupExistsGivesTheFullErrorAndStaysInStep) {
       {"dim 3 out of range", "device 0"});
   // Still in step: a multi-chunk call is right.
   const Shape flat{multi_chunk(ShmGroup::kChunk, DType::i32)};
-  EXPECT_EQ(values(all_reduce(mesh, input(flat, DType::i32, me))),
-            reduced(flat, DType::i32, p, ReduceOp::sum));
+  EXPECT_EQ(values(all_reduce(mesh, input(flat, DType::i32, me))), reduced(flat, p, ReduceOp::sum));
 }
 
 TEST(CclShm, ManySmallCallsWrapTheSlotRing) {
@@ -160,8 +170,7 @@ TEST(CclShm, ManySmallCallsWrapTheSlotRing) {
   for (int i = 0; i < 5 * static_cast<int>(ShmGroup::kSlots); ++i) {
     const Shape s{p * (i + 1)};
     if (i % 2 == 0) {
-      EXPECT_EQ(values(all_reduce(mesh, input(s, DType::i64, me))),
-                reduced(s, DType::i64, p, ReduceOp::sum))
+      EXPECT_EQ(values(all_reduce(mesh, input(s, DType::i64, me))), reduced(s, p, ReduceOp::sum))
           << "call " << i;
     } else {
       std::vector<Tensor> parts;
@@ -184,7 +193,7 @@ TEST(CclShm, TurnedOffOnOneDeviceMeansNoGroupAnywhere) {
     EXPECT_EQ(group_of(mesh), nullptr);
     const Shape flat{multi_chunk(ShmGroup::kChunk, DType::f32)};
     EXPECT_EQ(values(all_reduce(mesh, input(flat, DType::f32, me))),
-              reduced(flat, DType::f32, mesh.size(), ReduceOp::sum));
+              reduced(flat, mesh.size(), ReduceOp::sum));
   }
   ShmGroup::set_enabled(true);
   const MeshDevice mesh = MeshDevice::line();
