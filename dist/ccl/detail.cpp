@@ -10,20 +10,6 @@
 
 namespace meshtest::dist {
 
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::max:
-      return "max";
-    case ReduceOp::min:
-      return "min";
-    case ReduceOp::avg:
-      return "avg";
-  }
-  return "?";
-}
-
 namespace detail {
 namespace {
 

@@ -1,0 +1,216 @@
+// MPI test helper for test_ccl: the cases (every mesh shape that fits np x axis x dim x dtype x
+// reduce op) and the single-device side: inputs, groups, references, bitwise checks, MPI maps.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dist/ccl/ccl.hpp"
+#include "src/core/tensor.hpp"
+
+namespace meshtest::dist::ccl_test {
+
+enum class Op { all_gather, reduce_scatter, all_reduce, all_to_all, all_to_all_v, broadcast };
+
+constexpr std::string_view op_name(Op op) {
+  constexpr std::string_view names[] = {"all_gather", "reduce_scatter", "all_reduce",
+                                        "all_to_all", "all_to_all_v",   "broadcast"};
+  return names[static_cast<int>(op)];
+}
+
+/// One test case: the op and its options on one mesh shape. `dim` is the dim of all_gather
+/// and reduce_scatter, all_to_all's split_dim, broadcast's root (0 or -1 = the last device).
+struct Case {
+  Op op;
+  int rows = 1, cols = 1, axis = kAllAxes;
+  DType dtype = DType::f32;
+  int dim = 0, concat_dim = 0;
+  ReduceOp rop = ReduceOp::sum;
+};
+
+inline std::string case_name(const Case& c) {
+  auto d = [](int v) { return v < 0 ? fmt::format("m{}", -v) : std::to_string(v); };
+  const std::string rop(reduce_op_name(c.rop));
+  const std::string opts = c.op == Op::all_gather       ? "dim" + d(c.dim)
+                           : c.op == Op::reduce_scatter ? rop + "_dim" + d(c.dim)
+                           : c.op == Op::all_reduce     ? rop
+                           : c.op == Op::broadcast
+                               ? (c.dim == 0 ? "root0" : "rootlast")
+                               : fmt::format("split{}_concat{}", d(c.dim), d(c.concat_dim));
+  return fmt::format("{}_{}_axis{}_{}_mesh{}x{}", op_name(c.op), opts,
+                     c.axis == kAllAxes ? "all" : std::to_string(c.axis), c.dtype, c.rows, c.cols);
+}
+inline void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+// Cases are made when gtest registers them, after MPI_Init in the test main; the launcher's
+// environment is the fallback.
+inline int world_size_for_cases() {
+  int init = 0;
+  MPI_Initialized(&init);
+  int n = 0;
+  if (init) MPI_Comm_size(MPI_COMM_WORLD, &n);
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (n <= 0 && std::getenv(var) != nullptr) n = std::atoi(std::getenv(var));
+  }
+  return std::max(n, 1);
+}
+
+inline std::vector<Case> make_cases() {
+  const int n = world_size_for_cases();
+  constexpr int kDims[] = {0, 1, 2, -1};
+  constexpr std::pair<int, int> kA2a[] = {{0, 0}, {0, 1}, {1, 0}, {2, 2}, {-1, 1}};
+  constexpr std::pair<int, int> kA2av[] = {{0, 0}, {-1, -1}, {0, 2}};
+  std::vector<Case> out;
+  for (int rows = 1; rows <= n; ++rows) {
+    if (n % rows != 0) continue;
+    for (int axis : {0, 1, kAllAxes}) {
+      for (DType t : kAllDTypes) {
+        const Case base{
+            .op = Op::all_gather, .rows = rows, .cols = n / rows, .axis = axis, .dtype = t};
+        auto add = [&](Op op, int dim, int concat_dim = 0, ReduceOp rop = ReduceOp::sum) {
+          Case c = base;
+          c.op = op, c.dim = dim, c.concat_dim = concat_dim, c.rop = rop;
+          out.push_back(c);
+        };
+        for (int d : kDims) add(Op::all_gather, d);
+        for (auto [s, c] : kA2a) add(Op::all_to_all, s, c);
+        for (auto [s, c] : kA2av) add(Op::all_to_all_v, s, c);
+        for (int root : {0, -1}) add(Op::broadcast, root);
+        if (t == DType::u8) continue;  // no reductions on u8 (see test_ccl_bad_input)
+        for (ReduceOp r : {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::avg}) {
+          if (r == ReduceOp::avg && !is_floating(t)) continue;
+          add(Op::all_reduce, 0, 0, r);
+          for (int d : kDims) {
+            if (r == ReduceOp::sum || d == 0 || d == -1) add(Op::reduce_scatter, d, 0, r);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// ---- single-device side: inputs, groups, references ----------------------------------------
+
+inline const Shape kBase{2, 3, 2};  // the tested dim is overridden per case
+
+/// Device `device`'s input: small integers (-8..8; 0..16 for u8) so every sum is exact.
+inline Tensor input(int device, const Shape& shape, DType t) {
+  std::vector<double> v(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<double>((device * 37 + static_cast<int>(i) * 11 + 5) % 17) -
+           (t == DType::u8 ? 0 : 8);
+  }
+  return Tensor::from_vector(shape, v).astype(t);
+}
+
+/// The device ids of this device's group along `axis`, in axis order (DESIGN: Mesh).
+struct Group {
+  std::vector<int> devices;
+  int index = 0;
+  int p() const { return static_cast<int>(devices.size()); }
+};
+
+inline Group group_of(const MeshDevice& mesh, int axis) {
+  const int cols = mesh.cols(), id = mesh.device_id(), r = id / cols, c = id % cols;
+  Group g;
+  if (axis == 0) {
+    for (int i = 0; i < mesh.rows(); ++i) g.devices.push_back(i * cols + c);
+  } else if (axis == 1) {
+    for (int i = 0; i < cols; ++i) g.devices.push_back(r * cols + i);
+  } else {
+    for (int i = 0; i < mesh.size(); ++i) g.devices.push_back(i);
+  }
+  g.index = static_cast<int>(std::ranges::find(g.devices, id) - g.devices.begin());
+  return g;
+}
+
+/// Element-wise reduction in f64 (exact for these inputs); avg divides once and rounds to the
+/// dtype like the device does (bf16: via f32).
+inline Tensor reduce_ref(const std::vector<Tensor>& xs, ReduceOp op) {
+  Tensor acc = xs.front().astype(DType::f64);
+  auto a = acc.vector<double>();
+  for (std::size_t k = 1; k < xs.size(); ++k) {
+    const Tensor b = xs[k].astype(DType::f64);
+    if (op == ReduceOp::max) {
+      a = a.cwiseMax(b.vector<double>());
+    } else if (op == ReduceOp::min) {
+      a = a.cwiseMin(b.vector<double>());
+    } else {
+      a += b.vector<double>();
+    }
+  }
+  if (op == ReduceOp::avg) a /= static_cast<double>(xs.size());
+  const DType t = xs.front().dtype();
+  return t == DType::bf16 ? acc.astype(DType::f32).astype(t) : acc.astype(t);
+}
+
+/// Sizes along the tested dim: even, then the uneven array_split cases, then empty.
+inline std::vector<std::int64_t> sizes_for(int p) { return {2 * p, p + 1, 2 * p - 1, 1, 0}; }
+
+// ---- check helpers: meshes, bitwise comparison, the direct MPI calls -------------------------
+
+inline const MeshDevice& mesh_of(int rows, int cols) {
+  static std::map<std::pair<int, int>, MeshDevice> meshes;  // collective creation, same order
+  return meshes.try_emplace({rows, cols}, std::vector<int>{rows, cols}).first->second;
+}
+
+inline std::string show(const Tensor& t) {
+  std::vector<double> v;
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(t.numel(), 24); ++i) v.push_back(t.item(i));
+  return fmt::format("{} {{{}{}}}", describe(t), fmt::join(v, ", "), t.numel() > 24 ? ", ..." : "");
+}
+
+inline void expect_bitwise(const Tensor& got, const Tensor& want, std::string_view against) {
+  EXPECT_TRUE(got.bitwise_equal(want))
+      << "against " << against << ": got " << show(got) << ", expected " << show(want);
+}
+
+/// Runs a CCL; a meshtest::Error (thrown alike on every device) becomes a test failure.
+template <class F>
+Tensor guarded(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+    return Tensor();
+  }
+}
+
+inline MPI_Datatype mpi_type(DType t) {  // the test's own map, for the direct MPI calls
+  return t == DType::f32   ? MPI_FLOAT
+         : t == DType::f64 ? MPI_DOUBLE
+         : t == DType::i32 ? MPI_INT32_T
+                           : MPI_INT64_T;
+}
+inline MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
+}
+inline bool mpi_can_reduce(const Case& c) {
+  return c.dtype != DType::bf16 && c.rop != ReduceOp::avg;
+}
+
+inline std::vector<int> byte_counts(const std::vector<Tensor>& parts, std::vector<int>* displs) {
+  std::vector<int> counts;
+  int at = 0;
+  for (const Tensor& t : parts) {
+    counts.push_back(static_cast<int>(t.nbytes()));
+    if (displs != nullptr) displs->push_back(at);
+    at += counts.back();
+  }
+  return counts;
+}
+
+}  // namespace meshtest::dist::ccl_test
