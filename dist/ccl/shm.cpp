@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -174,7 +175,16 @@ ShmGroup::ShmGroup(MPI_Comm node, int oversubscribed) : node_(node) {
   const int rc =
       MPI_Win_allocate_shared(static_cast<MPI_Aint>(kSegment), 1, info, node_, &mine, &win_);
   MPI_Info_free(&info);
-  MESHTEST_MPI(rc);
+  if (rc != MPI_SUCCESS) {  // e.g. a small /dev/shm (containers default to 64 MiB)
+    std::array<char, MPI_MAX_ERROR_STRING> text{};
+    int len = 0;
+    MPI_Error_string(rc, text.data(), &len);
+    MPI_Comm_free(&node_);
+    dist::fail(
+        "shared-memory CCL path: MPI_Win_allocate_shared of {} bytes per device failed: {}; "
+        "make room in /dev/shm or set MESHTEST_CCL_SHM=0 to use the MPI path",
+        kSegment, std::string_view(text.data(), static_cast<std::size_t>(len)));
+  }
   // Every device's view of every segment (the addresses differ per process).
   base_.resize(static_cast<std::size_t>(size_));
   for (int j = 0; j < size_; ++j) {
