@@ -129,21 +129,30 @@ TEST_F(RunDpsgd, BadInputExitsTwo) {
   // Sharded: every rank rejects the same input and exits 2.
   expect_exit_2("mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 0", "bad"),
                 "C > 0");
+  // Output paths are checked (by rank 0, the writer) before any work: a missing directory and
+  // a directory in place of the file are bad input on every rank.
+  expect_exit_2(args(spec, "--clip 1", "nodir/x"), "nodir does not exist");
+  expect_exit_2(
+      "mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 1", "nodir/x"),
+      "nodir does not exist");
+  fs::create_directory(dir_ / "isdir_n.npy");
+  expect_exit_2(args(spec, "--clip 1", "isdir"), "isdir_n.npy: it is a directory");
   write_npy(dir_ / "x.npy", Tensor({4, 0, 6}, DType::f64));  // T = 0
   expect_exit_2(args(spec, "--clip 1", "bad"), "T = 0");
 }
 
-// A failure after the ranks started communicating (here rank 0 cannot write its output) is that
-// rank's alone: it names the rank and aborts the job (exit 3) instead of leaving others waiting.
+// A failure after the ranks started communicating is that rank's alone: it names the rank and
+// aborts the job (exit 3) instead of leaving others waiting. Here rank 0 cannot create its
+// output, whose name (300 characters) passes the directory check but exceeds NAME_MAX.
 TEST_F(RunDpsgd, FailureWhileCommunicatingAbortsNamingTheRank) {
   const std::string spec = "linear:3";
   write_inputs(spec, {4, 5}, LossKind::mse, DType::f64);
-  const std::string cmd =
-      "mpirun --oversubscribe --allow-run-as-root -np 2 " + args(spec, "--clip 1", "nodir/x");
+  const std::string cmd = "mpirun --oversubscribe --allow-run-as-root -np 2 " +
+                          args(spec, "--clip 1", std::string(300, 'n'));
   const auto r = run_command(cmd);
   EXPECT_EQ(r.status, 3) << r.out;
   EXPECT_NE(r.out.find("meshtest-run dpsgd: [rank 0] error:"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("nodir"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nnnnnnnn"), std::string::npos) << r.out;
 }
 
 TEST_F(RunDpsgd, EmptyBatchStillAddsNoise) {

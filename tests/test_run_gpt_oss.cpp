@@ -173,6 +173,10 @@ TEST_F(RunGptOss, BadInputExits2OnEveryRank) {
   const std::string tok = "--tokens 1,2,3";
   expect_bad(2, args(tok + " --mesh 2x2"), {"--mesh 2x2 has 4 devices but 2 ranks"});
   expect_bad(3, args(tok), {"num_attention_heads = 16", "over 3 devices"});
+  // The output path is checked (by rank 0, the writer) before any work.
+  const fs::path nodir = dir_.path() / "nodir" / "logits.npy";
+  expect_bad(2, fmt::format("--checkpoint {} --out {} {}", ckpt().string(), nodir.string(), tok),
+             {"cannot write", "nodir does not exist"});
   edit_safetensors(ckpt() / "model.safetensors", [](NamedTensors& all) {
     std::erase_if(all, [](const auto& nt) { return nt.first == "block.0.mlp.mlp1_weight.blocks"; });
   });

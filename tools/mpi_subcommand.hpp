@@ -5,10 +5,16 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <exception>
+#include <filesystem>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 
 #include "dist/mesh/environment.hpp"
+#include "src/core/error.hpp"
 
 namespace meshtest::tools {
 
@@ -17,6 +23,35 @@ namespace meshtest::tools {
 struct MpiRunState {
   bool communicating = false;
 };
+
+/// Collective over MPI_COMM_WORLD, to call before communicating: rank 0 (the writer) checks
+/// that every path can be written — its directory exists and is writable, and the path is
+/// not a directory — and every rank throws the same meshtest::Error naming the first path that
+/// cannot be, so a bad output path is bad input (exit 2), not an abort after the work.
+inline void check_outputs_writable(std::initializer_list<std::string_view> paths, int rank) {
+  std::string problem;
+  if (rank == 0) {
+    namespace fs = std::filesystem;
+    for (std::string_view p : paths) {
+      const fs::path path(p);
+      const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) {
+        problem = fmt::format("cannot write {}: directory {} does not exist", p, dir.string());
+      } else if (fs::is_directory(path, ec)) {
+        problem = fmt::format("cannot write {}: it is a directory", p);
+      } else if (::access(dir.c_str(), W_OK) != 0) {
+        problem = fmt::format("cannot write {}: directory {} is not writable", p, dir.string());
+      }
+      if (!problem.empty()) break;
+    }
+  }
+  int n = static_cast<int>(problem.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  problem.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(problem.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (n > 0) throw Error(problem);
+}
 
 /// Initialises MPI and returns run(argc, argv, env, state). An exception thrown while
 /// !state.communicating is bad input that every rank saw alike: rank 0 prints

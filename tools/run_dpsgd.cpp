@@ -100,6 +100,8 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
                                           x.dtype(), vm["weights"].as<std::string>());
   // The whole batch is checked on every rank before any communication: all fail alike.
   dp::check_batch(model, x, y, opt.dp);
+  check_outputs_writable({vm["out-norms"].as<std::string>(), vm["out-grads"].as<std::string>()},
+                         env.rank());
 
   state.communicating = true;
   const dist::MeshDevice mesh = dist::MeshDevice::line();

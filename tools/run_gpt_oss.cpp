@@ -132,6 +132,7 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
                    "--tokens: token {} at position {} is outside the vocabulary [0, {})",
                    a.tokens[i], i, c.vocab_size);
   }
+  check_outputs_writable({a.out}, env.rank());
   const dist::MeshDevice mesh(shape);
   const dist::TpOptions tp{.tp_axis = 1};
   // The same files on every rank: a bad checkpoint fails alike everywhere, before any CCL.
