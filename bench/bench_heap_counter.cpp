@@ -4,10 +4,22 @@
 // outside a window they cost one relaxed atomic load and a branch: no malloc_usable_size, no
 // shared counter traffic. C++ new, std::vector and Eigen temporaries all go through malloc.
 // Not a subcommand: the file is named bench_*.cpp only so bench/CMakeLists.txt's glob builds it.
+// In AddressSanitizer builds the sanitizer owns malloc (replacing it would bypass its
+// interceptors and crash at start-up), so the same counting runs from its allocation hooks.
 #include <malloc.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+
+#if defined(__SANITIZE_ADDRESS__)
+// The sanitizer runtime's allocator interface (GCC ships no header for it).
+extern "C" {
+int __sanitizer_install_malloc_and_free_hooks(void (*)(const volatile void*, std::size_t),
+                                              void (*)(const volatile void*));
+std::size_t __sanitizer_get_allocated_size(const volatile void*);
+}
+#endif
 
 #include "bench/heap_counter.hpp"
 #include "src/core/error.hpp"
@@ -17,20 +29,36 @@ std::atomic<bool> g_on{false};
 std::atomic<std::int64_t> g_live{0};
 std::atomic<std::int64_t> g_peak{0};
 
-void on_alloc(void* p) {
-  if (p == nullptr) return;
-  const auto n = static_cast<std::int64_t>(malloc_usable_size(p));
+void add_bytes(std::int64_t n) {
   const std::int64_t now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
   std::int64_t peak = g_peak.load(std::memory_order_relaxed);
   while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
+}
+bool counting() { return g_on.load(std::memory_order_relaxed); }
+
+#if !defined(__SANITIZE_ADDRESS__)
+void on_alloc(void* p) {
+  if (p != nullptr) add_bytes(static_cast<std::int64_t>(malloc_usable_size(p)));
 }
 void on_free(void* p) {
   if (p != nullptr) {
     g_live.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
   }
 }
-bool counting() { return g_on.load(std::memory_order_relaxed); }
+#else
+void asan_malloc_hook(const volatile void* p, std::size_t n) {
+  if (p != nullptr && counting()) add_bytes(static_cast<std::int64_t>(n));
+}
+void asan_free_hook(const volatile void* p) {
+  if (p != nullptr && counting()) {
+    g_live.fetch_sub(static_cast<std::int64_t>(__sanitizer_get_allocated_size(p)),
+                     std::memory_order_relaxed);
+  }
+}
+[[maybe_unused]] const int g_hooks =
+    __sanitizer_install_malloc_and_free_hooks(&asan_malloc_hook, &asan_free_hook);
+#endif
 }  // namespace
 
 namespace meshtest::bench {
@@ -48,6 +76,7 @@ std::int64_t HeapWindow::peak() const { return g_peak.load(); }
 
 }  // namespace meshtest::bench
 
+#if !defined(__SANITIZE_ADDRESS__)
 extern "C" {
 void* __libc_malloc(std::size_t);
 void* __libc_calloc(std::size_t, std::size_t);
@@ -87,3 +116,4 @@ int posix_memalign(void** out, std::size_t a, std::size_t n) {
   return *out == nullptr && n != 0 ? 12 /* ENOMEM */ : 0;
 }
 }
+#endif
