@@ -273,11 +273,7 @@ void ShmGroup::all_reduce(const std::byte* in, std::byte* out, std::int64_t n, D
   for (std::size_t off = 0; off < bytes; off += chunk_) {
     const std::size_t len = std::min(chunk_, bytes - off);
     step([&](std::size_t s) { std::memcpy(slot(index_, s), in + off, len); },
-         [&](std::size_t s) {
-           combine(out + off, slot(0, s), slot(1, s), len / e, t, op);
-           for (int j = 2; j < size_; ++j)
-             combine(out + off, out + off, slot(j, s), len / e, t, op);
-         });
+         [&](std::size_t s) { reduce_slots(out + off, s, 0, len / e, t, op); });
   }
 }
 
@@ -293,46 +289,43 @@ void ShmGroup::all_gather(const std::byte* in, std::byte* out, std::size_t piece
   }
 }
 
-void ShmGroup::all_to_all(const std::byte* in, std::byte* out, std::size_t block) {
+template <class Read>
+void ShmGroup::exchange_blocks(const std::byte* in, std::size_t block, const Read& read) {
   const auto p = static_cast<std::size_t>(size_);
   const std::size_t sub = chunk_ / p / kLine * kLine;  // bytes of each block per step
-  const auto me = static_cast<std::size_t>(index_);
   for (std::size_t off = 0; off < block; off += sub) {
     const std::size_t len = std::min(sub, block - off);
     step(
         [&](std::size_t s) {
-          for (std::size_t j = 0; j < p; ++j)
-            std::memcpy(slot(index_, s) + j * sub, in + j * block + off, len);
-        },
-        [&](std::size_t s) {
           for (std::size_t j = 0; j < p; ++j) {
-            std::memcpy(out + j * block + off, slot(static_cast<int>(j), s) + me * sub, len);
+            std::memcpy(slot(index_, s) + j * sub, in + j * block + off, len);
           }
-        });
+        },
+        [&](std::size_t s) { read(s, off, len, static_cast<std::size_t>(index_) * sub); });
   }
+}
+
+void ShmGroup::reduce_slots(std::byte* dst, std::size_t s, std::size_t at, std::size_t n, DType t,
+                            ReduceOp op) const {
+  combine(dst, slot(0, s) + at, slot(1, s) + at, n, t, op);
+  for (int j = 2; j < size_; ++j) combine(dst, dst, slot(j, s) + at, n, t, op);
+}
+
+void ShmGroup::all_to_all(const std::byte* in, std::byte* out, std::size_t block) {
+  exchange_blocks(in, block, [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
+    for (int j = 0; j < size_; ++j) {
+      std::memcpy(out + static_cast<std::size_t>(j) * block + off, slot(j, s) + at, len);
+    }
+  });
 }
 
 void ShmGroup::reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t,
                               ReduceOp op) {
-  const auto p = static_cast<std::size_t>(size_);
   const std::size_t e = dtype_size(t);
-  const std::size_t block = static_cast<std::size_t>(n) * e;
-  const std::size_t sub = chunk_ / p / kLine * kLine;
-  const auto me = static_cast<std::size_t>(index_);
-  for (std::size_t off = 0; off < block; off += sub) {
-    const std::size_t len = std::min(sub, block - off);
-    step(
-        [&](std::size_t s) {
-          for (std::size_t j = 0; j < p; ++j)
-            std::memcpy(slot(index_, s) + j * sub, in + j * block + off, len);
-        },
-        [&](std::size_t s) {
-          const std::size_t at = me * sub;
-          combine(out + off, slot(0, s) + at, slot(1, s) + at, len / e, t, op);
-          for (int j = 2; j < size_; ++j)
-            combine(out + off, out + off, slot(j, s) + at, len / e, t, op);
-        });
-  }
+  exchange_blocks(in, static_cast<std::size_t>(n) * e,
+                  [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
+                    reduce_slots(out + off, s, at, len / e, t, op);
+                  });
 }
 
 }  // namespace meshtest::dist::detail

@@ -84,6 +84,13 @@ class ShmGroup {
   ShmGroup(MPI_Comm node, int oversubscribed);
   template <class Write, class Read>
   void step(const Write& write, const Read& read);
+  /// Steps that carry the next piece of each of the p blocks of `in` (block j for device j);
+  /// read(s, off, len, at) finds device j's piece for this device at slot(j, s) + at.
+  template <class Read>
+  void exchange_blocks(const std::byte* in, std::size_t block, const Read& read);
+  /// dst = the n elements at `at` of every device's slot s, reduced in axis order.
+  void reduce_slots(std::byte* dst, std::size_t s, std::size_t at, std::size_t n, DType t,
+                    ReduceOp op) const;
   void wait_all(std::size_t counter, std::uint64_t target) const;
   std::atomic<std::uint64_t>& counter(int device, std::size_t which) const;
   std::byte* header(int device, std::size_t slot) const;
