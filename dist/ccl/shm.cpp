@@ -155,7 +155,7 @@ void ShmGroup::establish(MPI_Comm comm) {
     int ok = local == p && p <= static_cast<int>(kChunk / 4 / kLine) && enabled() ? 1 : 0;
     MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm));
     if (ok == 1) {
-      e->group.reset(new ShmGroup(node, node_oversubscribed() ? 1 : 0));
+      e->group.reset(new ShmGroup(node, node_oversubscribed()));
     } else {
       MESHTEST_MPI(MPI_Comm_free(&node));
     }
@@ -164,7 +164,7 @@ void ShmGroup::establish(MPI_Comm comm) {
   e.release();  // owned by the attribute from now on
 }
 
-ShmGroup::ShmGroup(MPI_Comm node, int oversubscribed) : node_(node) {
+ShmGroup::ShmGroup(MPI_Comm node, bool oversubscribed) : node_(node) {
   MESHTEST_MPI(MPI_Comm_size(node_, &size_));
   MESHTEST_MPI(MPI_Comm_rank(node_, &index_));
   // Every device's segment wherever the OS likes it (its own pages, not one contiguous block).
@@ -196,7 +196,9 @@ ShmGroup::ShmGroup(MPI_Comm node, int oversubscribed) : node_(node) {
   }
   for (std::size_t c : {kReady, kDone})
     new (base_[static_cast<std::size_t>(index_)] + c * kLine) std::atomic<std::uint64_t>(0);
-  int over = oversubscribed;  // one device that must yield makes every device yield
+  // The chunk size sets every call's step count, so it must be the same on every device: one
+  // device that must yield makes every device yield (and use whole slots).
+  int over = oversubscribed ? 1 : 0;
   MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_INT, MPI_MAX, node_));
   yield_ = over != 0;
   chunk_ = yield_ ? kChunk : kChunk / 4;

@@ -81,7 +81,7 @@ class ShmGroup {
   void reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
 
  private:
-  ShmGroup(MPI_Comm node, int oversubscribed);
+  ShmGroup(MPI_Comm node, bool oversubscribed);
   template <class Write, class Read>
   void step(const Write& write, const Read& read);
   /// Steps that carry the next piece of each of the p blocks of `in` (block j for device j);
