@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/program_options.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -155,6 +156,21 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
     t_mpi = std::min(t_mpi, time_per_call(mesh.comm(), per, theirs));
   }
   Row row{.op = op, .bytes = n * e, .count = op == Op::all_reduce ? n : n / p};
+  if (const dist::detail::ShmGroup* g = dist::detail::ShmGroup::find(mesh.comm())) {
+    constexpr int kCounted = 3;
+    const auto before = g->traffic();
+    for (int i = 0; i < kCounted; ++i) ours();
+    const auto after = g->traffic();
+    // The busiest device's count (devices of one call differ by their parts' rounding).
+    std::array<double, 3> v{static_cast<double>(after.steps - before.steps) / kCounted,
+                            static_cast<double>(after.written - before.written) / kCounted,
+                            static_cast<double>(after.read - before.read) / kCounted};
+    MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_DOUBLE, MPI_MAX, mesh.comm()));
+    // Nothing through the window (all_to_all of large blocks at many devices goes to MPI):
+    // MPI's algorithm moves the bytes, uncounted here.
+    row.counted = v[1] > 0 || v[2] > 0 || n == 0;
+    row.steps = v[0], row.written = v[1], row.read = v[2];
+  }
   if (o.check) {
     const std::int64_t mine = count_wrong(l, op, o, me, p, run_meshtest(mesh, op, x, o));
     MESHTEST_MPI(MPI_Allreduce(&mine, &row.wrong, 1, MPI_INT64_T, MPI_SUM, mesh.comm()));
@@ -168,6 +184,7 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
   row.mpi_time_us = t_mpi * 1e6;
   row.mpi_busbw = s / t_mpi / 1e9 * f;
   row.ratio = t_mpi / t;  // = busbw / mpi_busbw (same bytes, same factor), defined at np 1 too
+  row.ring_min = f * s;
   return row;
 }
 

@@ -3,6 +3,7 @@
 // (ccl_report.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -56,6 +57,14 @@ struct Row {
   Op op;
   std::int64_t bytes = 0, count = 0, wrong = 0;
   double time_us = 0, algbw = 0, busbw = 0, mpi_time_us = 0, mpi_busbw = 0, ratio = 0;
+  /// Per call and device, from the shared-memory path's own accounting (ShmGroup::traffic;
+  /// counted = false on the MPI path, whose algorithm MPI picks): steps (the agreement
+  /// included), bytes written into the window and bytes read from other devices' slots.
+  bool counted = false;
+  double steps = 0, written = 0, read = 0;
+  /// The ring minimum each way per device: bus_factor(p) * S (2(p-1)/p·S for all_reduce).
+  double ring_min = 0;
+  double touched() const { return ring_min > 0 ? std::max(written, read) / ring_min : 0; }
 };
 
 /// The layout of one size: every tensor is [rows, cols] (1-D [cols] along dim 0); the op
@@ -78,7 +87,9 @@ std::string human(double bytes);
 void print_header(const Options& o, Op op, int p);
 /// One table row.
 void print_row(const Row& r, DType t);
-/// Fits t = α·passes·(p-1) + β·bus_factor(p)·S to the op's rows and prints the projection.
+/// Fits t = α·steps + β·bus_factor(p)·S to the op's rows and prints the projection; steps
+/// are the rows' counted steps (shared-memory path: they do not grow with p), else the ring's
+/// passes·(p-1).
 void print_model(Op op, int p, const std::vector<Row>& rows);
 /// The row as a JSON object (for --json).
 nlohmann::json to_json(const Row& r, const Options& o, int p);

@@ -21,26 +21,38 @@ void print_header(const Options& o, Op op, int p) {
       "#\n# {} vs {} — np {}, dim {}, redop {}, {} warm-up, then {} x {} calls each in "
       "alternating windows of <= 2 ms; time = best window's average (max over ranks)\n"
       "# ratio = meshtest busbw / MPI busbw = MPI time / meshtest time (1.00 = as fast as MPI)\n"
-      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n"
-      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}\n",
+      "# per call and device (the busiest), from the shared-memory path's own accounting: steps "
+      "(agreement included), bytes written into the window and read from other devices' slots; "
+      "min = the ring minimum each way, bus_factor(p)·S; touch = max(wr, rd) / min\n"
+      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}   {:>6} {:>11} {:>11} "
+      "{:>11} {:>5}\n"
+      "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}   {:>6} {:>11} {:>11} "
+      "{:>11} {:>5}\n",
       info(op).name, info(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop), o.warmup, o.rounds,
       o.iters, "size", "count", "type", "time", "algbw", "busbw", "#wrong", "mpi time", "mpi bus",
-      "ratio", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "");
+      "ratio", "steps", "wr/dev", "rd/dev", "min", "touch", "(B)", "(elements)", "", "(us)",
+      "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "", "", "(B)", "(B)", "(B)", "");
 }
 
 void print_row(const Row& r, DType t) {
-  fmt::print(
-      " {:>12} {:>12} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}   {:>10.1f} {:>8.3f} {:>6.2f}\n",
-      r.bytes, r.count, dtype_name(t), r.time_us, r.algbw, r.busbw,
-      r.wrong < 0 ? std::string("N/A") : std::to_string(r.wrong), r.mpi_time_us, r.mpi_busbw,
-      r.ratio);
+  fmt::print(" {:>12} {:>12} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}   {:>10.1f} {:>8.3f} {:>6.2f}",
+             r.bytes, r.count, dtype_name(t), r.time_us, r.algbw, r.busbw,
+             r.wrong < 0 ? std::string("N/A") : std::to_string(r.wrong), r.mpi_time_us, r.mpi_busbw,
+             r.ratio);
+  if (r.counted) {
+    fmt::print("   {:>6.0f} {:>11.0f} {:>11.0f} {:>11.0f} {:>5.2f}\n", r.steps, r.written, r.read,
+               r.ring_min, r.touched());
+  } else {
+    fmt::print("   {:>6} {:>11} {:>11} {:>11.0f} {:>5}\n", "-", "-", "-", r.ring_min, "-");
+  }
 }
 
 void print_model(Op op, int p, const std::vector<Row>& rows) {
   const OpInfo in = info(op);
   std::vector<AlphaBetaSample> s;
+  const bool counted = rows.front().counted;
   for (const Row& r : rows) {
-    s.push_back({.steps = in.ring_passes * (p - 1.0),
+    s.push_back({.steps = r.counted ? r.steps : in.ring_passes * (p - 1.0),
                  .bytes_term = in.bus_factor(p) * static_cast<double>(r.bytes),
                  .seconds = r.time_us * 1e-6});
   }
@@ -50,20 +62,24 @@ void print_model(Op op, int p, const std::vector<Row>& rows) {
   }
   const AlphaBeta m = fit_alpha_beta(s);
   fmt::print(
-      "# α-β model of {} (ring): t = α·{}(p-1) + β·busfactor(p)·S, fitted on np {} "
+      "# α-β model of {} ({}): t = α·{} + β·busfactor(p)·S, fitted on np {} "
       "(relative least squares over {} sizes, rms error {:.1f} %):\n"
       "#   α = {:.2f} us per step, 1/β = {:.3f} GB/s\n#   projected time (us):\n#{:>7}",
-      in.name, in.ring_passes == 1 ? "" : "2", p, s.size(), 100 * m.rel_rms, m.alpha * 1e6,
-      1e-9 / m.beta, "ranks");
-  std::vector<double> sizes{static_cast<double>(rows.front().bytes)};
-  if (rows.size() > 2) sizes.push_back(static_cast<double>(rows[rows.size() / 2].bytes));
-  if (rows.size() > 1) sizes.push_back(static_cast<double>(rows.back().bytes));
-  for (double b : sizes) fmt::print(" {:>14}", human(b));
+      in.name, counted ? "shared-memory path" : "ring",
+      counted ? "steps (counted per size; they do not grow with p)"
+              : (in.ring_passes == 1 ? "(p-1)" : "2(p-1)"),
+      p, s.size(), 100 * m.rel_rms, m.alpha * 1e6, 1e-9 / m.beta, "ranks");
+  std::vector<const Row*> picked{&rows.front()};
+  if (rows.size() > 2) picked.push_back(&rows[rows.size() / 2]);
+  if (rows.size() > 1) picked.push_back(&rows.back());
+  for (const Row* r : picked) fmt::print(" {:>14}", human(static_cast<double>(r->bytes)));
   fmt::print("\n");
   for (int q = 16; q <= 1024; q *= 2) {
     fmt::print("#{:>7}", q);
-    for (double b : sizes) {
-      fmt::print(" {:>14.1f}", 1e6 * m.predict(in.ring_passes * (q - 1.0), in.bus_factor(q) * b));
+    for (const Row* r : picked) {
+      const double steps = r->counted ? r->steps : in.ring_passes * (q - 1.0);
+      fmt::print(" {:>14.1f}",
+                 1e6 * m.predict(steps, in.bus_factor(q) * static_cast<double>(r->bytes)));
     }
     fmt::print("\n");
   }
@@ -81,7 +97,11 @@ nlohmann::json to_json(const Row& r, const Options& o, int p) {
           {"wrong", r.wrong},
           {"mpi_time_us", r.mpi_time_us},
           {"mpi_busbw", r.mpi_busbw},
-          {"ratio", r.ratio}};
+          {"ratio", r.ratio},
+          {"ring_min_bytes", r.ring_min},
+          {"steps", r.counted ? nlohmann::json(r.steps) : nlohmann::json()},
+          {"written_bytes", r.counted ? nlohmann::json(r.written) : nlohmann::json()},
+          {"read_bytes", r.counted ? nlohmann::json(r.read) : nlohmann::json()}};
 }
 
 }  // namespace meshtest::bench::ccl

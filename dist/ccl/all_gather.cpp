@@ -1,12 +1,11 @@
 // all_gather: each device's piece, placed along `dim` in axis order: through the shared-memory
-// group for equal pieces along a leading dim, else MPI_Allgather(v) (in place by a derived
-// datatype when the pieces are even).
+// group for equal pieces, else MPI_Allgather(v); pieces along a dim that is not leading are
+// gathered end to end and unpacked.
 #include "dist/ccl/all_gather.hpp"
 
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/shm.hpp"
 
-#include <climits>
 #include <tuple>
 
 namespace meshtest::dist {
@@ -23,11 +22,9 @@ namespace {
 struct Plan : perf::Plan {
   Shape out_shape;
   std::vector<int> counts, displs;
-  bool even = false;           // every piece has the same size: MPI_Allgather
-  detail::BlockLayout layout;  // pieces along d of the output
-  std::vector<std::byte> workspace;
-  detail::OwnedType piece;  // even pieces: one piece in place in the output (not direct)
-  int piece_bytes = 0;
+  bool even = false;                 // every piece has the same size: MPI_Allgather
+  detail::BlockLayout layout;        // pieces along d of the output
+  std::vector<std::byte> workspace;  // pieces end to end, when d is not leading
 };
 }  // namespace
 
@@ -50,11 +47,7 @@ Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOption
         call.counts(detail::block_elems(x.shape(), d, sizes), "a piece");
     pl->even = call.uniform();
     pl->layout = detail::BlockLayout(pl->out_shape, x.dtype(), d, std::move(sizes));
-    if (pl->even && x.nbytes() <= INT_MAX) {
-      pl->piece = detail::OwnedType::blocks(pl->layout);
-      pl->piece_bytes = static_cast<int>(x.nbytes());
-    }
-    if (pl->piece.get() == MPI_DATATYPE_NULL && !pl->layout.direct()) {
+    if (!pl->layout.direct()) {
       pl->workspace.resize(pl->out_shape.numel() * dtype_size(x.dtype()));
     }
     return pl;
@@ -63,21 +56,17 @@ Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOption
   call.perf().attr("dim", d).output(out);
   if (out.empty()) return out;
 
-  // Equal contiguous pieces go through the shared-memory group when there is one.
-  detail::ShmGroup* shm = plan->even && plan->layout.direct() ? call.shm() : nullptr;
+  // Equal pieces go through the shared-memory group when there is one. Pieces along a dim
+  // that is not leading are gathered end to end and unpacked: MPI only ever sees contiguous
+  // buffers of its basic types, never a derived type of interleaved pieces (see all_to_all.cpp).
+  detail::ShmGroup* shm = plan->even ? call.shm() : nullptr;
   auto exchange = [pl = plan, in = x.bytes(), o = out.bytes(), t = detail::mpi_type(x.dtype()),
                    me = static_cast<std::size_t>(call.index()), comm = call.comm(), shm,
                    bytes = x.nbytes()] {
-    if (shm != nullptr) {
-      shm->all_gather(in, o, bytes);
-      return;
-    }
-    if (pl->piece.get() != MPI_DATATYPE_NULL) {  // received in place, no unpack pass
-      MESHTEST_MPI(MPI_Allgather(in, pl->piece_bytes, MPI_BYTE, o, 1, pl->piece.get(), comm));
-      return;
-    }
     std::byte* recv = pl->layout.direct() ? o : pl->workspace.data();
-    if (pl->even) {
+    if (shm != nullptr) {
+      shm->all_gather(in, recv, bytes);
+    } else if (pl->even) {
       MESHTEST_MPI(MPI_Allgather(in, pl->counts[me], t, recv, pl->counts[me], t, comm));
     } else {
       MESHTEST_MPI(MPI_Allgatherv(in, pl->counts[me], t, recv, pl->counts.data(), pl->displs.data(),

@@ -1,8 +1,11 @@
-// all_reduce: the shared-memory ring (one node) or MPI_Allreduce, out of place or in place;
-// avg = sum / p.
+// all_reduce: reduce-scatter then all-gather of the reduced parts, through the shared-memory
+// group (one node) or MPI; out of place or in place. Every element is reduced in axis order by
+// detail::reduce on one device, so every device and both paths get the same bits.
 #include "dist/ccl/all_reduce.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/private_comm.hpp"
+#include "dist/ccl/reduce.hpp"
 #include "dist/ccl/shm.hpp"
 
 namespace meshtest::dist {
@@ -15,26 +18,46 @@ double bus_factor(int n) {
 }  // namespace all_reduce_bw
 
 namespace {
+// The MPI path: the flat tensor in array_split parts; device i reduces part i of every
+// device's tensor (DirectReduceScatter), then MPI_Allgatherv spreads the reduced parts.
+// Both halves move the bandwidth minimum, (p-1)/p of the tensor each way, and MPI's choice
+// of algorithm can reorder no addition (MPI_Allreduce may).
+struct Plan : perf::Plan {
+  detail::DirectReduceScatter rs;
+  std::vector<int> displs;  // elements
+};
+
 // Reduces x into out; x and out are the same tensor for the in-place form.
 void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOptions& opt,
          std::string_view name) {
   detail::Call call(name, mesh, opt.axis, x, {{.key = "op", .text = reduce_op_name(opt.op)}});
   call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
-  const MPI_Op op = call.reduce_op(opt.op, x.dtype());
+  call.check_reduce_op(opt.op, x.dtype());
   call.perf().attr("op", reduce_op_name(opt.op)).output(out);
   const int count = call.count(x.numel(), "the tensor");
   if (count == 0) return;
-  // No plan: the call needs nothing beyond the count, the MPI datatype and op. Through the
-  // shared-memory group when there is one (on one node), else MPI_Allreduce.
-  auto exchange = [in = x.bytes(), send = &x == &out ? MPI_IN_PLACE : x.bytes(), recv = out.bytes(),
-                   count, t = detail::mpi_type(x.dtype()), dt = x.dtype(), op, rop = opt.op,
-                   comm = call.comm(), shm = call.shm(), p = call.size()] {
+  detail::ShmGroup* shm = call.shm();
+  std::shared_ptr<Plan> plan;
+  if (shm == nullptr) {
+    plan = call.plan<Plan>([&] {
+      auto pl = std::make_shared<Plan>();
+      auto [counts, displs] = call.counts(split_sizes(count, call.size()), "a part");
+      pl->displs = std::move(displs);
+      pl->rs = detail::DirectReduceScatter(std::move(counts), x.dtype(), call.index());
+      return pl;
+    });
+  }
+  auto exchange = [in = x.bytes(), out = out.bytes(), count, t = detail::mpi_type(x.dtype()),
+                   dt = x.dtype(), rop = opt.op,
+                   comm = shm == nullptr ? detail::private_comm(call.comm()) : MPI_COMM_NULL, shm,
+                   pl = std::move(plan), r = static_cast<std::size_t>(call.index())] {
     if (shm != nullptr) {
-      shm->all_reduce(in, recv, count, dt, rop);
-    } else {
-      MESHTEST_MPI(MPI_Allreduce(send, recv, count, t, op, comm));
+      shm->all_reduce(in, out, count, dt, rop);
+      return;
     }
-    detail::finish_avg(recv, count, dt, rop, p);
+    pl->rs.run(in, out + static_cast<std::size_t>(pl->displs[r]) * dtype_size(dt), t, rop, comm);
+    MESHTEST_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, pl->rs.counts().data(),
+                                pl->displs.data(), t, comm));
   };
   exchange();
   call.trace(out, exchange);

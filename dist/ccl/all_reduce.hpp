@@ -7,18 +7,26 @@
 namespace meshtest::dist {
 
 /// Collective over the devices of `opt.axis` (same CCLs, same order on all).
-/// x: the same shape and dtype on every device. Returns the reduction on every device.
-/// avg = sum, then / p (floating dtypes only); bf16 reduces in f32 and rounds to bf16; u8
-/// cannot be reduced. Agrees on the call (detail::Call: one shared-memory step or one small
-/// MPI_Allreduce), then reduces through the shared-memory ring when the group is on one node
-/// (detail::ShmGroup: x_0 op x_1 op ... in axis order, the same bits on every device), else
-/// MPI_Allreduce. Throws
-/// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
-/// (locally); devices disagreeing on op, dtype or shape; an unsupported op for the dtype
-/// ("reduce op X is not supported for dtype Y"); more than INT_MAX elements.
+/// x: the same shape and dtype on every device. Returns the reduction on every device; u8
+/// cannot be reduced, avg needs a floating dtype.
+///
+/// Reduction rule (every path, detail::reduce): element k is x_0[k] op x_1[k] op ... op
+/// x_{p-1}[k] in axis order, computed once on one device and copied to the others, so every
+/// device gets the same bits, and both paths give the same bits. bf16 accumulates all p terms
+/// in f32 and rounds once at the end (avg divides in f32 before that rounding), never once per
+/// addition.
+///
+/// Algorithm: agree on the call (detail::Call: one shared-memory step or one small
+/// MPI_Allreduce), then a reduce-scatter (device i reduces part i) and an all-gather of the
+/// reduced parts: inside the shared-memory window when the group is on one node
+/// (detail::ShmGroup, pipelined chunk by chunk), else by point-to-point messages and
+/// MPI_Allgatherv. Each device sends and receives 2(p-1)/p of x, the ring minimum, however
+/// large p is. Throws meshtest::Error, the same on every device of the group (never a hang),
+/// for: a bad axis (locally); devices disagreeing on op, dtype or shape; an unsupported op for
+/// the dtype ("reduce op X is not supported for dtype Y"); more than INT_MAX elements.
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt = {});
 
-/// In-place all_reduce (MPI_IN_PLACE): x is overwritten with the result. Same contract.
+/// In-place all_reduce: x is overwritten with the result. Same contract.
 void all_reduce_inplace(const MeshDevice& mesh, Tensor& x, const AllReduceOptions& opt = {});
 
 namespace all_reduce_bw {

@@ -1,8 +1,8 @@
-// all_to_all and all_to_all_v: MPI_Alltoallv of blocks along split_dim, placed along concat_dim.
+// all_to_all and all_to_all_v: blocks along split_dim, placed along concat_dim, through the
+// shared-memory group (equal blocks, one node) or MPI_Alltoall(v) of contiguous blocks.
 #include "dist/ccl/all_to_all.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <numeric>
 #include <tuple>
 
@@ -23,15 +23,11 @@ namespace {
 // Everything one exchange needs: shapes, MPI counts, layouts and pack workspaces.
 struct Plan : perf::Plan {
   Shape out_shape;
-  std::vector<int> sc, sd, rc, rd;  // send / receive counts and displacements (elements)
-  bool even = false;                // every block the same size: MPI_Alltoall
-  detail::BlockLayout send, recv;   // blocks along split_dim of x, along concat_dim of out
-  std::vector<std::byte> send_ws, recv_ws;
-  // Even blocks: each side in place through a derived datatype (or contiguous bytes when the
-  // layout is direct) — no pack or unpack pass.
-  detail::OwnedType send_type, recv_type;
-  int block_bytes = 0;
-  bool in_place = false;
+  std::vector<int> sc, sd, rc, rd;          // send / receive counts and displacements (elements)
+  bool even = false;                        // every block the same size: MPI_Alltoall
+  detail::BlockLayout send, recv;           // blocks along split_dim of x, along concat_dim of out
+  std::vector<std::byte> send_ws, recv_ws;  // blocks end to end, when a side is not direct
+  std::size_t block_bytes = 0;              // even: the bytes of every block
 };
 
 // m[i * p + j]: size along s of the block device i sends to device j (every device holds the
@@ -63,50 +59,39 @@ std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s
   const std::size_t e = dtype_size(x.dtype());
   pl->send = detail::BlockLayout(x.shape(), x.dtype(), s, std::move(send));
   pl->recv = detail::BlockLayout(pl->out_shape, x.dtype(), c, std::move(placed));
-  const std::int64_t block_bytes =
-      x.shape().numel() / std::max<std::int64_t>(1, call.size()) * static_cast<std::int64_t>(e);
-  if (pl->even && block_bytes > 0 && block_bytes <= INT_MAX) {
-    pl->send_type = detail::OwnedType::blocks(pl->send);
-    pl->recv_type = detail::OwnedType::blocks(pl->recv);
-    pl->block_bytes = static_cast<int>(block_bytes);
-    pl->in_place = (pl->send.direct() || pl->send_type.get() != MPI_DATATYPE_NULL) &&
-                   (pl->recv.direct() || pl->recv_type.get() != MPI_DATATYPE_NULL);
-  }
-  if (pl->in_place) return pl;
+  if (pl->even) pl->block_bytes = static_cast<std::size_t>(pl->sc[0]) * e;
   if (!pl->send.direct()) pl->send_ws.resize(static_cast<std::size_t>(x.numel()) * e);
   if (!pl->recv.direct()) pl->recv_ws.resize(static_cast<std::size_t>(pl->out_shape.numel()) * e);
   return pl;
 }
 
-// Runs the planned exchange of x into a new tensor (and records it while tracing).
+// Runs the planned exchange of x into a new tensor (and records it while tracing). Blocks
+// that are not contiguous (split or concat dim not leading) are packed end to end first and
+// unpacked after: MPI only ever sees contiguous buffers of its own basic types. (Open MPI
+// 4.1's modified Bruck alltoall, which its tuned component picks for large groups and small
+// blocks, corrupts data given a datatype whose extent is smaller than its span, such as one
+// block of a strided layout; test_ccl_mpi_algorithms forces each algorithm.)
 Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan> plan) {
   Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
-  // Equal contiguous blocks on both sides go through the shared-memory group when there is one.
-  detail::ShmGroup* shm =
-      plan->in_place && plan->send.direct() && plan->recv.direct() ? call.shm() : nullptr;
+  // Equal blocks go through the shared-memory group when there is one, unless MPI's single-copy
+  // transport moves them faster (ShmGroup::window_all_to_all).
+  detail::ShmGroup* shm = plan->even ? call.shm() : nullptr;
+  if (shm != nullptr && !shm->window_all_to_all(plan->block_bytes)) shm = nullptr;
   auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(),
               t = detail::mpi_type(x.dtype()), comm = call.comm(), shm] {
-    if (shm != nullptr) {
-      shm->all_to_all(in, o, static_cast<std::size_t>(pl->block_bytes));
-      return;
-    }
-    if (pl->in_place) {
-      const bool sd = pl->send.direct(), rd = pl->recv.direct();
-      MESHTEST_MPI(MPI_Alltoall(in, sd ? pl->block_bytes : 1, sd ? MPI_BYTE : pl->send_type.get(),
-                                o, rd ? pl->block_bytes : 1, rd ? MPI_BYTE : pl->recv_type.get(),
-                                comm));
-      return;
-    }
     const std::byte* sb = in;
     if (!pl->send.direct()) {
       pl->send.pack(in, pl->send_ws.data());
       sb = pl->send_ws.data();
     }
     std::byte* rb = pl->recv.direct() ? o : pl->recv_ws.data();
-    if (pl->even) {
-      MESHTEST_MPI(MPI_Alltoall(sb, pl->sc[0], t, rb, pl->rc[0], t, comm));
+    auto* send = const_cast<std::byte*>(sb);  // read only: MPI's send buffers are void*
+    if (shm != nullptr) {
+      shm->all_to_all(sb, rb, pl->block_bytes);
+    } else if (pl->even) {
+      MESHTEST_MPI(MPI_Alltoall(send, pl->sc[0], t, rb, pl->rc[0], t, comm));
     } else {
-      MESHTEST_MPI(MPI_Alltoallv(sb, pl->sc.data(), pl->sd.data(), t, rb, pl->rc.data(),
+      MESHTEST_MPI(MPI_Alltoallv(send, pl->sc.data(), pl->sd.data(), t, rb, pl->rc.data(),
                                  pl->rd.data(), t, comm));
     }
     if (!pl->recv.direct()) pl->recv.unpack(rb, o);

@@ -1,12 +1,7 @@
-// Block layouts of a tensor along a dim: packing into MPI's end-to-end order, and the derived
-// datatype that reads equal blocks in place.
+// Block layouts of a tensor along a dim: packing into MPI's end-to-end order and back.
 #include "dist/ccl/block_layout.hpp"
 
-#include <algorithm>
-#include <climits>
 #include <cstring>
-
-#include "dist/mesh/mpi_check.hpp"
 
 namespace meshtest::dist::detail {
 
@@ -51,28 +46,6 @@ void BlockLayout::pack(const std::byte* tensor, std::byte* packed) const {
 
 void BlockLayout::unpack(const std::byte* packed, std::byte* tensor) const {
   copy_blocks<false>(const_cast<std::byte*>(packed), tensor, view, sizes);
-}
-
-OwnedType OwnedType::blocks(const BlockLayout& l) {
-  OwnedType t;
-  if (l.direct() || l.sizes.empty()) return t;
-  if (!std::ranges::all_of(l.sizes, [&](std::int64_t s) { return s == l.sizes[0]; })) return t;
-  const std::size_t run = static_cast<std::size_t>(l.sizes[0]) * l.view.inner_bytes;
-  const std::size_t row = run * l.sizes.size();
-  if (run == 0 || row > INT_MAX || l.view.outer > INT_MAX) return t;
-  MPI_Datatype v = MPI_DATATYPE_NULL;
-  MESHTEST_MPI(MPI_Type_vector(static_cast<int>(l.view.outer), static_cast<int>(run),
-                               static_cast<int>(row), MPI_BYTE, &v));
-  MESHTEST_MPI(MPI_Type_create_resized(v, 0, static_cast<MPI_Aint>(run), &t.type_));
-  MPI_Type_free(&v);
-  MESHTEST_MPI(MPI_Type_commit(&t.type_));
-  return t;
-}
-
-OwnedType::~OwnedType() {
-  int finalized = 1;
-  MPI_Finalized(&finalized);
-  if (type_ != MPI_DATATYPE_NULL && finalized == 0) MPI_Type_free(&type_);
 }
 
 }  // namespace meshtest::dist::detail

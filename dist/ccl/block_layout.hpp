@@ -1,14 +1,10 @@
-// Consecutive blocks along one dim of a tensor: the [outer, n, inner] view, packing the blocks
-// end to end (the layout MPI's collectives want) and back, and an MPI datatype that reads
-// equal blocks in place.
+// Consecutive blocks along one dim of a tensor: the [outer, n, inner] view, and packing the
+// blocks end to end (the layout MPI's collectives and the shared-memory path want) and back.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "src/core/tensor.hpp"
@@ -41,27 +37,6 @@ struct BlockLayout {
 
   DimView view;
   std::vector<std::int64_t> sizes;
-};
-
-/// A committed MPI datatype, freed on destruction (unless MPI is finalized by then).
-class OwnedType {
- public:
-  OwnedType() = default;
-  /// One block of a BlockLayout whose blocks all have the same size, in place in the strided
-  /// tensor: outer runs of (block * inner) bytes, a row apart, with the extent of one run, so
-  /// item j of a collective's buffer is block j. MPI_DATATYPE_NULL (use the pack path) when
-  /// the layout is direct, the blocks differ, or a byte count exceeds INT_MAX.
-  static OwnedType blocks(const BlockLayout& l);
-  ~OwnedType();
-  OwnedType(OwnedType&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
-  OwnedType& operator=(OwnedType&& o) noexcept {
-    std::swap(type_, o.type_);
-    return *this;
-  }
-  MPI_Datatype get() const { return type_; }
-
- private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
 
 }  // namespace meshtest::dist::detail

@@ -264,7 +264,7 @@ std::pair<std::vector<int>, std::vector<int>> Call::counts(std::span<const std::
   return {std::move(counts), std::move(displs)};
 }
 
-MPI_Op Call::reduce_op(ReduceOp op, DType t) const {
+void Call::check_reduce_op(ReduceOp op, DType t) const {
   if (t == DType::u8) {
     fail(
         "reduce op {} is not supported for dtype u8 (u8 holds packed formats; no reduction is "
@@ -274,7 +274,6 @@ MPI_Op Call::reduce_op(ReduceOp op, DType t) const {
   if (op == ReduceOp::avg && !is_floating(t)) {
     fail("reduce op avg is not supported for dtype {} (avg is defined for f32, f64 and bf16)", t);
   }
-  return mpi_op(op, t);
 }
 
 MPI_Op mpi_op(ReduceOp op, DType t) {
@@ -299,29 +298,6 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_UINT8_T;
   }
   dist::fail("invalid DType value {}", static_cast<int>(t));
-}
-
-void finish_avg(Tensor& out, ReduceOp op, int p) {
-  finish_avg(out.bytes(), out.numel(), out.dtype(), op, p);
-}
-
-void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p) {
-  if (op != ReduceOp::avg || n == 0) return;
-  switch (t) {
-    case DType::f32:
-      Eigen::Map<Eigen::ArrayXf>(reinterpret_cast<float*>(data), n) /= static_cast<float>(p);
-      return;
-    case DType::f64:
-      Eigen::Map<Eigen::ArrayXd>(reinterpret_cast<double*>(data), n) /= static_cast<double>(p);
-      return;
-    case DType::bf16: {
-      Eigen::Map<Eigen::Array<bf16, Eigen::Dynamic, 1>> v(reinterpret_cast<bf16*>(data), n);
-      v = (v.cast<float>() / static_cast<float>(p)).cast<bf16>();
-      return;
-    }
-    default:
-      dist::fail("finish_avg: dtype {} is not floating", t);
-  }
 }
 
 }  // namespace detail

@@ -134,9 +134,9 @@ class Call {
   /// Counts and displacements of blocks of `elems` elements laid end to end, as MPI ints.
   std::pair<std::vector<int>, std::vector<int>> counts(std::span<const std::int64_t> elems,
                                                        std::string_view what) const;
-  /// The MPI op of `op` on `t`; throws "reduce op X is not supported for dtype Y" for avg on
-  /// integers and for any reduction of u8. Deterministic once agree() has passed.
-  MPI_Op reduce_op(ReduceOp op, DType t) const;
+  /// Throws "reduce op X is not supported for dtype Y" for avg on integers and for any
+  /// reduction of u8. Deterministic once agree() has passed.
+  void check_reduce_op(ReduceOp op, DType t) const;
   /// "device 3 (axis index 1)"
   std::string who(int index) const;
   /// This call's profiler record (op type ccl, input x, attribute axis): each CCL adds its
@@ -169,12 +169,9 @@ class Call {
 /// MPI_INT64_T, u8 MPI_UINT8_T, bf16 a committed 2-byte contiguous type.
 MPI_Datatype mpi_type(DType t);
 
-/// The MPI op of `op` on `t` (avg maps to the sum; finish_avg divides). t must not be u8.
+/// The MPI op of `op` on `t` (avg maps to the sum), for baselines that call MPI's own
+/// reductions (bench, tests): bf16 ops compute each pairwise op in f32 and round. meshtest's
+/// CCLs reduce with detail::reduce (reduce.hpp) instead. t must not be u8.
 MPI_Op mpi_op(ReduceOp op, DType t);
-
-/// After a sum: divides by p when op is avg (bf16 divides in f32 and rounds); else nothing.
-void finish_avg(Tensor& out, ReduceOp op, int p);
-/// The same on n elements of dtype t at `data`.
-void finish_avg(std::byte* data, std::int64_t n, DType t, ReduceOp op, int p);
 
 }  // namespace meshtest::dist::detail

@@ -15,7 +15,9 @@
 #include <thread>
 #include <type_traits>
 
+#include "dist/ccl/reduce.hpp"
 #include "dist/mesh/mpi_check.hpp"
+#include "src/core/shape.hpp"
 
 namespace meshtest::dist::detail {
 namespace {
@@ -32,63 +34,6 @@ constexpr std::size_t kSegment = kData + ShmGroup::kSlots * ShmGroup::kChunk;
 std::optional<bool>& enabled_override() {
   static std::optional<bool> on;
   return on;
-}
-
-// ---- reductions: dst = a op b (dst may be a or b) -------------------------------------------
-
-template <class T, class F>
-void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t n, F f) {
-  using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-  const auto len = static_cast<Eigen::Index>(n);
-  Eigen::Map<Array> d(reinterpret_cast<T*>(dst), len);
-  const Eigen::Map<const Array> x(reinterpret_cast<const T*>(a), len);
-  const Eigen::Map<const Array> y(reinterpret_cast<const T*>(b), len);
-  if constexpr (std::is_same_v<T, bf16>) {  // each op in f32, rounded (as the MPI bf16 op)
-    d = f(x.template cast<float>(), y.template cast<float>()).template cast<bf16>();
-  } else {
-    d = f(x, y);
-  }
-}
-
-template <class T>
-void combine_op(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t n,
-                ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg:
-      if constexpr (std::is_integral_v<T>) {  // wraps, as MPI's integer sum does
-        using U = std::make_unsigned_t<T>;
-        combine<U>(dst, a, b, n, [](const auto& x, const auto& y) { return x + y; });
-      } else {
-        combine<T>(dst, a, b, n, [](const auto& x, const auto& y) { return x + y; });
-      }
-      return;
-    case ReduceOp::max:
-      combine<T>(dst, a, b, n, [](const auto& x, const auto& y) { return x.max(y); });
-      return;
-    case ReduceOp::min:
-      combine<T>(dst, a, b, n, [](const auto& x, const auto& y) { return x.min(y); });
-      return;
-  }
-}
-
-void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t n, DType t,
-             ReduceOp op) {
-  switch (t) {
-    case DType::f32:
-      return combine_op<float>(dst, a, b, n, op);
-    case DType::f64:
-      return combine_op<double>(dst, a, b, n, op);
-    case DType::bf16:
-      return combine_op<bf16>(dst, a, b, n, op);
-    case DType::i32:
-      return combine_op<std::int32_t>(dst, a, b, n, op);
-    case DType::i64:
-      return combine_op<std::int64_t>(dst, a, b, n, op);
-    case DType::u8:
-      break;
-  }
-  dist::fail("shared-memory reduction: dtype {} cannot be reduced", t);
 }
 
 /// Attribute of a communicator: present once establish() ran for it; holds the group or null.
@@ -124,6 +69,19 @@ bool node_oversubscribed() {
   return local != nullptr && std::atoi(local) > static_cast<int>(cores);
 }
 
+// MESHTEST_CCL_SHM_CHUNK in bytes (rounded down to 64), or 0 when unset.
+long long requested_chunk() {
+  const char* v = std::getenv("MESHTEST_CCL_SHM_CHUNK");
+  if (v == nullptr || *v == 0) return 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != 0 || n < 4096 || n > static_cast<long long>(ShmGroup::kChunk)) {
+    dist::fail("MESHTEST_CCL_SHM_CHUNK is '{}'; expected a byte count from 4096 to {}", v,
+               ShmGroup::kChunk);
+  }
+  return n / static_cast<long long>(kLine) * static_cast<long long>(kLine);
+}
+
 }  // namespace
 
 bool ShmGroup::enabled() {
@@ -151,8 +109,10 @@ void ShmGroup::establish(MPI_Comm comm) {
     MESHTEST_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
     int local = 0;
     MESHTEST_MPI(MPI_Comm_size(node, &local));
-    // Every device must be able and willing; all_to_all needs a 64-byte piece per device.
-    int ok = local == p && p <= static_cast<int>(kChunk / 4 / kLine) && enabled() ? 1 : 0;
+    // Every device must be able and willing; all_to_all needs a 64-byte piece per device of
+    // a chunk (the chunk is agreed as the largest asked for, so this device's is a bound).
+    const long long chunk = requested_chunk() > 0 ? requested_chunk() : kChunk / 4;
+    int ok = local == p && p <= chunk / static_cast<long long>(kLine) && enabled() ? 1 : 0;
     MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm));
     if (ok == 1) {
       e->group.reset(new ShmGroup(node, node_oversubscribed()));
@@ -198,10 +158,15 @@ ShmGroup::ShmGroup(MPI_Comm node, bool oversubscribed) : node_(node) {
     new (base_[static_cast<std::size_t>(index_)] + c * kLine) std::atomic<std::uint64_t>(0);
   // The chunk size sets every call's step count, so it must be the same on every device: one
   // device that must yield makes every device yield (and use whole slots).
-  int over = oversubscribed ? 1 : 0;
-  MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_INT, MPI_MAX, node_));
-  yield_ = over != 0;
-  chunk_ = yield_ ? kChunk : kChunk / 4;
+  std::array<long long, 2> agreed{oversubscribed ? 1 : 0, requested_chunk()};
+  MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed.data(), 2, MPI_LONG_LONG, MPI_MAX, node_));
+  yield_ = agreed[0] != 0;
+  // Whole slots when yielding or when many devices share each step (at p >= 8 a quarter slot
+  // leaves each block 8 KiB or less per step, and lock-stepping p devices per step costs more
+  // than the cache it saves: bench ccl at np 8 and 16, docs/ccl-bench.md).
+  const bool whole = yield_ || size_ >= kManyDevices;
+  chunk_ = agreed[1] > 0 ? static_cast<std::size_t>(agreed[1]) : whole ? kChunk : kChunk / 4;
+  terms_.resize(static_cast<std::size_t>(size_));
   MESHTEST_MPI(MPI_Barrier(node_));  // every counter is zero before anyone steps
 }
 
@@ -268,24 +233,70 @@ bool ShmGroup::agree(std::uint64_t hash, bool error) {
   return same;
 }
 
+void ShmGroup::put(std::size_t s, std::size_t at, const std::byte* from, std::size_t len) {
+  std::memcpy(slot(index_, s) + at, from, len);
+  written_ += len;
+}
+
+void ShmGroup::get(std::byte* to, int j, std::size_t s, std::size_t at, std::size_t len) {
+  std::memcpy(to, slot(j, s) + at, len);
+  if (j != index_) read_ += len;
+}
+
 void ShmGroup::all_reduce(const std::byte* in, std::byte* out, std::int64_t n, DType t,
                           ReduceOp op) {
+  // Chunk g (elements [g*per, g*per + len)) is split by the array_split rule; device j reduces
+  // part j. Step g writes the other parts of chunk g into the slot's first half and the
+  // reduced part of chunk g-1 into its second half, then reduces part `index` of chunk g and
+  // gathers the reduced parts of chunk g-1: chunks + 1 steps.
   const std::size_t e = dtype_size(t);
-  const std::size_t bytes = static_cast<std::size_t>(n) * e;
-  for (std::size_t off = 0; off < bytes; off += chunk_) {
-    const std::size_t len = std::min(chunk_, bytes - off);
-    step([&](std::size_t s) { std::memcpy(slot(index_, s), in + off, len); },
-         [&](std::size_t s) { reduce_slots(out + off, s, 0, len / e, t, op); });
+  const std::size_t half = kChunk / 2;
+  const auto per = static_cast<std::int64_t>(std::min(chunk_, half) / e);
+  const std::int64_t chunks = (n + per - 1) / per;
+  const auto part = [&](std::int64_t g, int j) {  // part j of chunk g, offset in the chunk
+    return split_range(std::min(per, n - g * per), size_, j);
+  };
+  const auto at = [&](std::int64_t g, const Range& r) {
+    return static_cast<std::size_t>(g * per + r.start) * e;
+  };
+  for (std::int64_t g = 0; g <= chunks; ++g) {
+    step(
+        [&](std::size_t s) {
+          if (g > 0) {
+            const Range r = part(g - 1, index_);
+            put(s, half, out + at(g - 1, r), static_cast<std::size_t>(r.size) * e);
+          }
+          for (int j = 0; g < chunks && j < size_; ++j) {
+            const Range r = part(g, j);
+            if (j != index_) {
+              put(s, static_cast<std::size_t>(r.start) * e, in + at(g, r),
+                  static_cast<std::size_t>(r.size) * e);
+            }
+          }
+        },
+        [&](std::size_t s) {
+          if (g < chunks) {
+            const Range r = part(g, index_);
+            reduce_slots(out + at(g, r), in + at(g, r), s, static_cast<std::size_t>(r.start) * e,
+                         static_cast<std::size_t>(r.size), t, op);
+          }
+          for (int j = 0; g > 0 && j < size_; ++j) {
+            const Range r = part(g - 1, j);
+            if (j != index_)
+              get(out + at(g - 1, r), j, s, half, static_cast<std::size_t>(r.size) * e);
+          }
+        });
   }
 }
 
 void ShmGroup::all_gather(const std::byte* in, std::byte* out, std::size_t piece) {
+  std::memcpy(out + static_cast<std::size_t>(index_) * piece, in, piece);
   for (std::size_t off = 0; off < piece; off += chunk_) {
     const std::size_t len = std::min(chunk_, piece - off);
-    step([&](std::size_t s) { std::memcpy(slot(index_, s), in + off, len); },
+    step([&](std::size_t s) { put(s, 0, in + off, len); },
          [&](std::size_t s) {
            for (int j = 0; j < size_; ++j) {
-             std::memcpy(out + static_cast<std::size_t>(j) * piece + off, slot(j, s), len);
+             if (j != index_) get(out + static_cast<std::size_t>(j) * piece + off, j, s, 0, len);
            }
          });
   }
@@ -300,23 +311,28 @@ void ShmGroup::exchange_blocks(const std::byte* in, std::size_t block, const Rea
     step(
         [&](std::size_t s) {
           for (std::size_t j = 0; j < p; ++j) {
-            std::memcpy(slot(index_, s) + j * sub, in + j * block + off, len);
+            if (j != static_cast<std::size_t>(index_)) put(s, j * sub, in + j * block + off, len);
           }
         },
         [&](std::size_t s) { read(s, off, len, static_cast<std::size_t>(index_) * sub); });
   }
 }
 
-void ShmGroup::reduce_slots(std::byte* dst, std::size_t s, std::size_t at, std::size_t n, DType t,
-                            ReduceOp op) const {
-  combine(dst, slot(0, s) + at, slot(1, s) + at, n, t, op);
-  for (int j = 2; j < size_; ++j) combine(dst, dst, slot(j, s) + at, n, t, op);
+void ShmGroup::reduce_slots(std::byte* dst, const std::byte* own, std::size_t s, std::size_t at,
+                            std::size_t n, DType t, ReduceOp op) {
+  for (int j = 0; j < size_; ++j) {
+    terms_[static_cast<std::size_t>(j)] = j == index_ ? own : slot(j, s) + at;
+    if (j != index_) read_ += n * dtype_size(t);
+  }
+  reduce(dst, terms_, static_cast<std::int64_t>(n), t, op);
 }
 
 void ShmGroup::all_to_all(const std::byte* in, std::byte* out, std::size_t block) {
+  const std::size_t me = static_cast<std::size_t>(index_) * block;
+  std::memcpy(out + me, in + me, block);
   exchange_blocks(in, block, [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
     for (int j = 0; j < size_; ++j) {
-      std::memcpy(out + static_cast<std::size_t>(j) * block + off, slot(j, s) + at, len);
+      if (j != index_) get(out + static_cast<std::size_t>(j) * block + off, j, s, at, len);
     }
   });
 }
@@ -324,10 +340,11 @@ void ShmGroup::all_to_all(const std::byte* in, std::byte* out, std::size_t block
 void ShmGroup::reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t,
                               ReduceOp op) {
   const std::size_t e = dtype_size(t);
-  exchange_blocks(in, static_cast<std::size_t>(n) * e,
-                  [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
-                    reduce_slots(out + off, s, at, len / e, t, op);
-                  });
+  const std::size_t block = static_cast<std::size_t>(n) * e;
+  const std::byte* own = in + static_cast<std::size_t>(index_) * block;
+  exchange_blocks(in, block, [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
+    reduce_slots(out + off, own + off, s, at, len / e, t, op);
+  });
 }
 
 }  // namespace meshtest::dist::detail

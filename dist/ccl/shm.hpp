@@ -28,10 +28,16 @@ namespace meshtest::dist::detail {
 /// detailed error). Every device runs the same steps for the same agreed call, so the step
 /// counters never diverge.
 ///
-/// Reductions run in ascending axis index order, x_0 op x_1 op ... op x_{p-1} (bf16 computes
-/// each op in f32 and rounds, as the MPI path's bf16 op does), identically on every device,
-/// so all_reduce's outputs are equal bit for bit across devices; for p = 2 the result also
-/// equals MPI_Allreduce's, since IEEE addition is commutative.
+/// Reductions go through detail::reduce (reduce.hpp): x_0 op x_1 op ... op x_{p-1} in axis
+/// order, bf16 accumulated in f32 and rounded once. all_reduce is a reduce-scatter inside the
+/// window (device i reduces part i of every chunk) followed by an all-gather of the reduced
+/// parts, pipelined one chunk apart so each step carries both; every element is reduced once,
+/// on one device, so the outputs are equal bit for bit across devices and to the MPI path's.
+/// A device's own block never goes through its slots (all_to_all, reduce_scatter, all_reduce
+/// read it from the input), so per call and device the bytes written into the window and
+/// read from other devices' slots are the bandwidth minimum: all_reduce writes S and reads
+/// 2(p-1)/p·S, all_gather writes S/p and reads (p-1)/p·S of the output S, all_to_all and
+/// reduce_scatter write and read (p-1)/p·S of the input S (traffic() counts them).
 ///
 /// Waiting spins (x86 pause) and then yields; when the node holds more ranks than cores
 /// (mpirun --oversubscribe) it yields at once and steps move whole slots (fewer steps, fewer
@@ -41,10 +47,26 @@ namespace meshtest::dist::detail {
 class ShmGroup {
  public:
   static constexpr std::size_t kSlots = 4;
+  /// From this many devices on, steps move whole slots (see chunk()), and all_to_all leaves
+  /// blocks of kSingleCopyBlock bytes or more to MPI (see window_all_to_all()).
+  static constexpr int kManyDevices = 8;
+  static constexpr std::size_t kSingleCopyBlock = std::size_t{16} << 10;
   static constexpr std::size_t kChunk = std::size_t{512} << 10;  ///< bytes per slot
   /// Bytes a step moves per device: a quarter slot, so the ring stays in cache, unless the
-  /// node is oversubscribed, where each step costs context switches and a whole slot is used.
+  /// node is oversubscribed, where each step costs context switches, or the group has
+  /// kManyDevices or more: then a whole slot.
+  /// MESHTEST_CCL_SHM_CHUNK (bytes, 4096 to kChunk) overrides it for tuning; the devices take
+  /// the largest value any of them asks for. all_reduce uses at most half a slot (the other
+  /// half holds the reduced part).
   std::size_t chunk() const { return chunk_; }
+
+  /// What this device has moved through the window since the group was made: steps (the
+  /// agreement steps included), bytes written into its own slots and bytes read from other
+  /// devices' slots. The bench divides the difference over a run by its calls.
+  struct Traffic {
+    std::uint64_t steps = 0, written = 0, read = 0;
+  };
+  Traffic traffic() const { return {steps_, written_, read_}; }
 
   /// The group of `comm`, or nullptr when it has none (not made yet, turned off, or its
   /// devices span nodes). Local: an attribute lookup.
@@ -74,6 +96,15 @@ class ShmGroup {
   void all_reduce(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
   /// out = the `piece` bytes of device 0, then device 1's, ...
   void all_gather(const std::byte* in, std::byte* out, std::size_t piece);
+  /// Whether all_to_all of `block`-byte blocks should go through the window. The window copies
+  /// every byte twice (into the slot, out of it); Open MPI's shared-memory transport moves a
+  /// large contiguous message once (single copy, CMA), which wins from about 16 KiB blocks at
+  /// 8 and 16 devices (bench ccl on a 16-core node: 0.65-0.89 x MPI_Alltoall through the window
+  /// at 256 KiB-64 MiB). So from kManyDevices devices, blocks of kSingleCopyBlock bytes or more
+  /// take MPI_Alltoall on contiguous blocks; below that, or with fewer devices, the window.
+  bool window_all_to_all(std::size_t block) const {
+    return size_ < kManyDevices || block < kSingleCopyBlock;
+  }
   /// Block j (`block` bytes) of `in` goes to device j; out holds device 0's block, then 1's...
   void all_to_all(const std::byte* in, std::byte* out, std::size_t block);
   /// out = block `index()` (n elements of t) of x_0 op ... op x_{p-1}, where in holds p such
@@ -84,14 +115,21 @@ class ShmGroup {
   ShmGroup(MPI_Comm node, bool oversubscribed);
   template <class Write, class Read>
   void step(const Write& write, const Read& read);
-  /// Steps that carry the next piece of each of the p blocks of `in` (block j for device j);
-  /// read(s, off, len, at) finds device j's piece for this device at slot(j, s) + at.
+  /// Steps that carry the next piece of each of the p blocks of `in` (block j for device j;
+  /// this device's own block stays out of the slots); read(s, off, len, at) finds device j's
+  /// piece for this device at slot(j, s) + at, and its own piece at `in` + index() * block +
+  /// off.
   template <class Read>
   void exchange_blocks(const std::byte* in, std::size_t block, const Read& read);
-  /// dst = the n elements at `at` of every device's slot s, reduced in axis order.
-  void reduce_slots(std::byte* dst, std::size_t s, std::size_t at, std::size_t n, DType t,
-                    ReduceOp op) const;
+  /// dst = the n elements at `at` of every device's slot s (this device's own term from
+  /// `own` instead), reduced in axis order.
+  void reduce_slots(std::byte* dst, const std::byte* own, std::size_t s, std::size_t at,
+                    std::size_t n, DType t, ReduceOp op);
   void wait_all(std::size_t counter, std::uint64_t target) const;
+  /// Copies into this device's slot s at `at`, counted as written.
+  void put(std::size_t s, std::size_t at, const std::byte* from, std::size_t len);
+  /// Copies from device j's slot s at `at`, counted as read unless j is this device.
+  void get(std::byte* to, int j, std::size_t s, std::size_t at, std::size_t len);
   std::atomic<std::uint64_t>& counter(int device, std::size_t which) const;
   std::byte* header(int device, std::size_t slot) const;
   std::byte* slot(int device, std::size_t slot) const;
@@ -104,6 +142,8 @@ class ShmGroup {
   std::size_t chunk_ = kChunk;
   std::vector<std::byte*> base_;  // every device's segment
   std::uint64_t steps_ = 0;       // steps this device has begun
+  std::uint64_t written_ = 0, read_ = 0;
+  std::vector<const std::byte*> terms_;  // reduce()'s p inputs
 };
 
 }  // namespace meshtest::dist::detail

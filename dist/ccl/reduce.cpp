@@ -1,0 +1,123 @@
+// reduce: element-wise reduction of p terms in axis order, tiled so the accumulator stays in
+// L1 and the destination is written once; and the MPI path's direct reduce-scatter.
+#include "dist/ccl/reduce.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <array>
+#include <type_traits>
+
+#include "dist/mesh/mpi_check.hpp"
+
+namespace meshtest::dist::detail {
+namespace {
+
+// T: the stored type; A: the accumulator (f32 for bf16, unsigned for integer sums).
+template <class T, class A>
+void reduce_as(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n,
+               ReduceOp op) {
+  using Acc = Eigen::Array<A, Eigen::Dynamic, 1>;
+  using In = Eigen::Array<T, Eigen::Dynamic, 1>;
+  constexpr std::int64_t kTile = 2048;
+  std::array<A, kTile> tile;
+  for (std::int64_t at = 0; at < n; at += kTile) {
+    const Eigen::Index len = std::min(kTile, n - at);
+    Eigen::Map<Acc> acc(tile.data(), len);
+    auto term = [&](std::size_t j) {
+      return Eigen::Map<const In>(reinterpret_cast<const T*>(terms[j]) + at, len)
+          .template cast<A>();
+    };
+    acc = term(0);
+    for (std::size_t j = 1; j < terms.size(); ++j) {
+      switch (op) {
+        case ReduceOp::sum:
+        case ReduceOp::avg:
+          acc += term(j);
+          break;
+        case ReduceOp::max:
+          acc = acc.max(term(j));
+          break;
+        case ReduceOp::min:
+          acc = acc.min(term(j));
+          break;
+      }
+    }
+    if constexpr (std::is_floating_point_v<A>) {
+      if (op == ReduceOp::avg) acc /= static_cast<A>(terms.size());
+    }
+    Eigen::Map<In>(reinterpret_cast<T*>(dst) + at, len) = acc.template cast<T>();
+  }
+}
+
+template <class I>
+void reduce_integer(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n,
+                    ReduceOp op) {
+  using U = std::make_unsigned_t<I>;  // sums wrap instead of overflowing
+  if (op == ReduceOp::sum) return reduce_as<U, U>(dst, terms, n, op);
+  reduce_as<I, I>(dst, terms, n, op);
+}
+
+}  // namespace
+
+void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
+            ReduceOp op) {
+  if (n <= 0) return;
+  MESHTEST_CHECK(!terms.empty(), "reduce: no terms");
+  switch (t) {
+    case DType::f32:
+      return reduce_as<float, float>(dst, terms, n, op);
+    case DType::f64:
+      return reduce_as<double, double>(dst, terms, n, op);
+    case DType::bf16:
+      return reduce_as<bf16, float>(dst, terms, n, op);
+    case DType::i32:
+      return reduce_integer<std::int32_t>(dst, terms, n, op);
+    case DType::i64:
+      return reduce_integer<std::int64_t>(dst, terms, n, op);
+    case DType::u8:
+      break;
+  }
+  dist::fail("reduce: dtype {} cannot be reduced", t);
+}
+
+DirectReduceScatter::DirectReduceScatter(std::vector<int> counts, DType t, int index)
+    : counts_(std::move(counts)), t_(t), index_(index) {
+  const std::size_t e = dtype_size(t);
+  std::size_t at = 0;
+  for (int c : counts_) {
+    offsets_.push_back(at);
+    at += static_cast<std::size_t>(c) * e;
+  }
+  const std::size_t p = counts_.size();
+  const std::size_t mine = static_cast<std::size_t>(counts_[static_cast<std::size_t>(index)]) * e;
+  received_bytes_ = mine * p;  // allocated at the first run: the shared-memory path never needs it
+  requests_.resize(2 * (p - 1));
+  terms_.resize(p);
+}
+
+void DirectReduceScatter::run(const std::byte* blocks, std::byte* out, MPI_Datatype mpi_t,
+                              ReduceOp op, MPI_Comm comm) {
+  const int p = static_cast<int>(counts_.size());
+  const int r = index_;
+  const int mine = counts_[static_cast<std::size_t>(r)];
+  const std::size_t mine_bytes = static_cast<std::size_t>(mine) * dtype_size(t_);
+  received_.resize(received_bytes_);
+  auto* send = const_cast<std::byte*>(blocks);  // read only: MPI's send buffers are void*
+  MPI_Request* req = requests_.data();
+  for (int k = 1; k < p; ++k) {  // a shifted order, so no device is every device's first
+    const int from = (r + k) % p, to = (r - k + p) % p;
+    MESHTEST_MPI(MPI_Irecv(received_.data() + static_cast<std::size_t>(from) * mine_bytes, mine,
+                           mpi_t, from, 0, comm, req++));
+    MESHTEST_MPI(MPI_Isend(send + offsets_[static_cast<std::size_t>(to)],
+                           counts_[static_cast<std::size_t>(to)], mpi_t, to, 0, comm, req++));
+  }
+  if (p > 1) MESHTEST_MPI(MPI_Waitall(2 * (p - 1), requests_.data(), MPI_STATUSES_IGNORE));
+  for (int j = 0; j < p; ++j) {
+    terms_[static_cast<std::size_t>(j)] =
+        j == r ? blocks + offsets_[static_cast<std::size_t>(r)]
+               : received_.data() + static_cast<std::size_t>(j) * mine_bytes;
+  }
+  reduce(out, terms_, mine, t_, op);
+}
+
+}  // namespace meshtest::dist::detail

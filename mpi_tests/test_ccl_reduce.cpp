@@ -1,0 +1,155 @@
+// The reduction rule of every CCL path (dist/ccl/reduce.hpp): the p terms combined in axis
+// order, bf16 accumulated in f32 and rounded once, the same bits on the shared-memory and the
+// MPI path; and the shared-memory path's traffic, checked against its closed form.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/ccl/ccl.hpp"
+#include "dist/ccl/shm.hpp"
+#include "src/core/random.hpp"
+#include "src/core/tensor.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using detail::ShmGroup;
+
+/// Device j's term: random bf16 (or f32) values of spread-out magnitudes, so that rounding
+/// after every addition and rounding once give different bits on many elements.
+Tensor term(const Shape& shape, DType t, int j) {
+  const Tensor x =
+      random_normal(shape, DType::f32, {.seed = 11, .stream = static_cast<std::uint64_t>(j)});
+  const auto s = x.span<float>();
+  std::vector<float> v(s.begin(), s.end());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] *= static_cast<float>(1 << (i % 9));
+  return Tensor::from_vector(shape, v).astype(t);
+}
+
+/// The reference: a plain loop over the devices' terms in axis order, accumulating in f32,
+/// dividing for avg, then rounding to t once.
+Tensor reference(const Shape& shape, DType t, int p, ReduceOp op) {
+  std::vector<float> acc(static_cast<std::size_t>(shape.numel()), 0.0F);
+  for (int j = 0; j < p; ++j) {
+    const Tensor x = term(shape, t, j).astype(DType::f32);
+    const auto v = x.span<float>();
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = j == 0 ? v[i] : acc[i] + v[i];
+  }
+  if (op == ReduceOp::avg) {
+    for (float& a : acc) a /= static_cast<float>(p);
+  }
+  return Tensor::from_vector(shape, acc).astype(t);
+}
+
+/// A line mesh whose communicators take the shared-memory path (shm) or the MPI path.
+MeshDevice line_on(bool shm) {
+  ShmGroup::set_enabled(shm);
+  MeshDevice mesh = MeshDevice::line();
+  Tensor one(Shape{1}, DType::i32);
+  (void)all_reduce(mesh, one);  // the first agreed call makes the group (or not)
+  ShmGroup::set_enabled(true);
+  return mesh;
+}
+
+class CclReduce : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CclReduce, Bf16AccumulatesInF32AndRoundsOnce) {
+  const MeshDevice mesh = line_on(GetParam());
+  const int p = mesh.size(), me = mesh.device_id();
+  // Device 0 holds 256, every other device 1: rounding after each addition keeps 256 for
+  // ever (257 rounds to even); rounding once gives 256 + p - 1 rounded once (exact for odd p).
+  Tensor x(Shape{2 * p + 3}, DType::bf16);
+  x.fill(me == 0 ? 256.0 : 1.0);
+  const auto once = static_cast<double>(bf16(static_cast<float>(256 + p - 1)));
+  EXPECT_EQ(all_reduce(mesh, x).astype(DType::f64).span<double>()[0], once);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+    SCOPED_TRACE(reduce_op_name(op));
+    const Shape shape{p * 37, 5};
+    const Tensor want = reference(shape, DType::bf16, p, op);
+    const Tensor got = all_reduce(mesh, term(shape, DType::bf16, me), {.op = op});
+    EXPECT_TRUE(got.bitwise_equal(want)) << "all_reduce";
+    Tensor inplace = term(shape, DType::bf16, me);
+    all_reduce_inplace(mesh, inplace, {.op = op});
+    EXPECT_TRUE(inplace.bitwise_equal(want)) << "all_reduce_inplace";
+    for (int dim : {0, 1}) {
+      const Shape s = dim == 0 ? shape : Shape{5, p * 37};
+      const Tensor full = reference(s, DType::bf16, p, op);
+      const Tensor rs = reduce_scatter(mesh, term(s, DType::bf16, me), {.dim = dim, .op = op});
+      EXPECT_TRUE(rs.bitwise_equal(full.slice(dim, me * 37, 37))) << "reduce_scatter dim " << dim;
+    }
+  }
+}
+
+TEST_P(CclReduce, FloatSumsAddInAxisOrderOnEveryDevice) {
+  const MeshDevice mesh = line_on(GetParam());
+  const int p = mesh.size(), me = mesh.device_id();
+  // Several shared-memory chunks with a ragged tail: every element reduced in axis order.
+  const Shape shape{(std::int64_t{3} << 17) / 4 + 5};
+  const Tensor want = reference(shape, DType::f32, p, ReduceOp::sum);
+  EXPECT_TRUE(all_reduce(mesh, term(shape, DType::f32, me)).bitwise_equal(want));
+  const Shape blocks{p * 4099};
+  EXPECT_TRUE(reduce_scatter(mesh, term(blocks, DType::f32, me))
+                  .bitwise_equal(
+                      reference(blocks, DType::f32, p, ReduceOp::sum).slice(0, me * 4099, 4099)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Path, CclReduce, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "SharedMemory" : "Mpi"; });
+
+/// Sums over the devices of what `call` moved: steps, bytes written and bytes read.
+struct Moved {
+  std::int64_t steps = 0, written = 0, read = 0;
+};
+template <class Call>
+Moved moved_by(const ShmGroup& g, const Call& call) {
+  const ShmGroup::Traffic before = g.traffic();
+  call();
+  const ShmGroup::Traffic after = g.traffic();
+  std::array<std::int64_t, 3> v{static_cast<std::int64_t>(after.steps - before.steps),
+                                static_cast<std::int64_t>(after.written - before.written),
+                                static_cast<std::int64_t>(after.read - before.read)};
+  MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return {v[0], v[1], v[2]};
+}
+
+TEST(CclShmTraffic, EveryCclMovesTheBandwidthMinimum) {
+  const MeshDevice mesh = line_on(true);
+  const int p = mesh.size(), me = mesh.device_id();
+  const ShmGroup* g = ShmGroup::find(mesh.comm());
+  if (g == nullptr) GTEST_SKIP() << "no shared-memory group at np " << p;
+  const std::int64_t S = (std::int64_t{5} << 20) / 2 + 4 * p;  // bytes; several chunks
+  const std::int64_t n = S / 4;
+  // all_reduce: each device writes the other devices' parts of its input and its reduced
+  // part (S), and reads p-1 terms of its part and the p-1 other reduced parts (2(p-1)/p·S):
+  // over the devices, p·S written and 2(p-1)·S read.
+  Moved m = moved_by(*g, [&] { (void)all_reduce(mesh, term(Shape{n}, DType::f32, me)); });
+  EXPECT_EQ(m.written, p * S) << "all_reduce";
+  EXPECT_EQ(m.read, 2 * (p - 1) * S) << "all_reduce";
+  EXPECT_GE(m.steps, p * 2) << "agreement + at least one chunk and its gather, on each device";
+  // all_gather of pieces of S/p: each writes its piece and reads the p-1 others.
+  const std::int64_t b = n / p;
+  m = moved_by(*g, [&] { (void)all_gather(mesh, term(Shape{b}, DType::f32, me)); });
+  EXPECT_EQ(m.written, p * b * 4) << "all_gather";
+  EXPECT_EQ(m.read, (p - 1) * p * b * 4) << "all_gather";
+  // reduce_scatter and all_to_all of p blocks of b elements: each device writes and reads
+  // (p-1) blocks (its own block stays out of the window).
+  m = moved_by(*g, [&] { (void)reduce_scatter(mesh, term(Shape{p * b}, DType::f32, me)); });
+  EXPECT_EQ(m.written, p * (p - 1) * b * 4) << "reduce_scatter";
+  EXPECT_EQ(m.read, p * (p - 1) * b * 4) << "reduce_scatter";
+  // all_to_all: the same through the window; nothing when its blocks go to MPI's single copy.
+  const std::int64_t window = g->window_all_to_all(static_cast<std::size_t>(b) * 4) ? 1 : 0;
+  m = moved_by(*g, [&] { (void)all_to_all(mesh, term(Shape{p * b}, DType::f32, me)); });
+  EXPECT_EQ(m.written, window * p * (p - 1) * b * 4) << "all_to_all";
+  EXPECT_EQ(m.read, window * p * (p - 1) * b * 4) << "all_to_all";
+  const std::int64_t small = 64;  // 256-byte blocks: always through the window
+  m = moved_by(*g, [&] { (void)all_to_all(mesh, term(Shape{p * small}, DType::f32, me)); });
+  EXPECT_EQ(m.written, p * (p - 1) * small * 4) << "all_to_all of small blocks";
+  EXPECT_EQ(m.read, p * (p - 1) * small * 4) << "all_to_all of small blocks";
+}
+
+}  // namespace
+}  // namespace meshtest::dist
