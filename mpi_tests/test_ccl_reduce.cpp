@@ -141,7 +141,7 @@ TEST(CclShmTraffic, EveryCclMovesTheBandwidthMinimum) {
   EXPECT_EQ(m.written, p * (p - 1) * b * 4) << "reduce_scatter";
   EXPECT_EQ(m.read, p * (p - 1) * b * 4) << "reduce_scatter";
   // all_to_all: the same through the window; nothing when its blocks go to MPI's single copy.
-  const std::int64_t window = g->window_all_to_all(static_cast<std::size_t>(b) * 4) ? 1 : 0;
+  const std::int64_t window = g->window_all_to_all(static_cast<std::size_t>(b) * 4, false) ? 1 : 0;
   m = moved_by(*g, [&] { (void)all_to_all(mesh, term(Shape{p * b}, DType::f32, me)); });
   EXPECT_EQ(m.written, window * p * (p - 1) * b * 4) << "all_to_all";
   EXPECT_EQ(m.read, window * p * (p - 1) * b * 4) << "all_to_all";

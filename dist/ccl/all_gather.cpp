@@ -56,17 +56,20 @@ Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOption
   call.perf().attr("dim", d).output(out);
   if (out.empty()) return out;
 
-  // Equal pieces go through the shared-memory group when there is one. Pieces along a dim
-  // that is not leading are gathered end to end and unpacked: MPI only ever sees contiguous
-  // buffers of its basic types, never a derived type of interleaved pieces (see all_to_all.cpp).
+  // Equal pieces go through the shared-memory group when there is one. Otherwise pieces along
+  // a dim that is not leading are gathered end to end and unpacked: MPI only ever sees
+  // contiguous buffers of its basic types, never a derived type of interleaved pieces (see
+  // all_to_all.cpp).
   detail::ShmGroup* shm = plan->even ? call.shm() : nullptr;
   auto exchange = [pl = plan, in = x.bytes(), o = out.bytes(), t = detail::mpi_type(x.dtype()),
                    me = static_cast<std::size_t>(call.index()), comm = call.comm(), shm,
                    bytes = x.nbytes()] {
+    if (shm != nullptr) {  // unpacked straight from the slots
+      shm->all_gather(in, pl->layout, o, bytes);
+      return;
+    }
     std::byte* recv = pl->layout.direct() ? o : pl->workspace.data();
-    if (shm != nullptr) {
-      shm->all_gather(in, recv, bytes);
-    } else if (pl->even) {
+    if (pl->even) {
       MESHTEST_MPI(MPI_Allgather(in, pl->counts[me], t, recv, pl->counts[me], t, comm));
     } else {
       MESHTEST_MPI(MPI_Allgatherv(in, pl->counts[me], t, recv, pl->counts.data(), pl->displs.data(),

@@ -26,7 +26,7 @@ struct Plan : perf::Plan {
   std::vector<int> sc, sd, rc, rd;          // send / receive counts and displacements (elements)
   bool even = false;                        // every block the same size: MPI_Alltoall
   detail::BlockLayout send, recv;           // blocks along split_dim of x, along concat_dim of out
-  std::vector<std::byte> send_ws, recv_ws;  // blocks end to end, when a side is not direct
+  std::vector<std::byte> send_ws, recv_ws;  // MPI path: blocks end to end, for a strided side
   std::size_t block_bytes = 0;              // even: the bytes of every block
 };
 
@@ -60,8 +60,6 @@ std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s
   pl->send = detail::BlockLayout(x.shape(), x.dtype(), s, std::move(send));
   pl->recv = detail::BlockLayout(pl->out_shape, x.dtype(), c, std::move(placed));
   if (pl->even) pl->block_bytes = static_cast<std::size_t>(pl->sc[0]) * e;
-  if (!pl->send.direct()) pl->send_ws.resize(static_cast<std::size_t>(x.numel()) * e);
-  if (!pl->recv.direct()) pl->recv_ws.resize(static_cast<std::size_t>(pl->out_shape.numel()) * e);
   return pl;
 }
 
@@ -76,19 +74,26 @@ Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan>
   // Equal blocks go through the shared-memory group when there is one, unless MPI's single-copy
   // transport moves them faster (ShmGroup::window_all_to_all).
   detail::ShmGroup* shm = plan->even ? call.shm() : nullptr;
-  if (shm != nullptr && !shm->window_all_to_all(plan->block_bytes)) shm = nullptr;
-  auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(),
-              t = detail::mpi_type(x.dtype()), comm = call.comm(), shm] {
+  if (shm != nullptr &&
+      !shm->window_all_to_all(plan->block_bytes, !plan->send.direct() || !plan->recv.direct())) {
+    shm = nullptr;
+  }
+  auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(), in_bytes = x.nbytes(),
+              out_bytes = out.nbytes(), t = detail::mpi_type(x.dtype()), comm = call.comm(), shm] {
+    if (shm != nullptr) {  // packs and unpacks range by range on the way through the slots
+      shm->all_to_all(pl->send, in, pl->recv, o, pl->block_bytes);
+      return;
+    }
     const std::byte* sb = in;
     if (!pl->send.direct()) {
+      pl->send_ws.resize(in_bytes);  // the first call allocates; the plan keeps it
       pl->send.pack(in, pl->send_ws.data());
       sb = pl->send_ws.data();
     }
+    if (!pl->recv.direct()) pl->recv_ws.resize(out_bytes);
     std::byte* rb = pl->recv.direct() ? o : pl->recv_ws.data();
     auto* send = const_cast<std::byte*>(sb);  // read only: MPI's send buffers are void*
-    if (shm != nullptr) {
-      shm->all_to_all(sb, rb, pl->block_bytes);
-    } else if (pl->even) {
+    if (pl->even) {
       MESHTEST_MPI(MPI_Alltoall(send, pl->sc[0], t, rb, pl->rc[0], t, comm));
     } else {
       MESHTEST_MPI(MPI_Alltoallv(send, pl->sc.data(), pl->sd.data(), t, rb, pl->rc.data(),

@@ -1,6 +1,7 @@
 // Block layouts of a tensor along a dim: packing into MPI's end-to-end order and back.
 #include "dist/ccl/block_layout.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace meshtest::dist::detail {
@@ -16,7 +17,39 @@ std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std
 }
 
 BlockLayout::BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sz)
-    : view(dim_view(s, t, d)), sizes(std::move(sz)) {}
+    : view(dim_view(s, t, d)), sizes(std::move(sz)) {
+  for (std::int64_t n : sizes) {
+    starts_.push_back(row_);
+    row_ += static_cast<std::size_t>(n) * view.inner_bytes;
+  }
+}
+
+template <bool kToPacked>
+void BlockLayout::copy_range(std::byte* packed, std::byte* tensor, std::size_t j, std::size_t off,
+                             std::size_t len) const {
+  const std::size_t run = static_cast<std::size_t>(sizes[j]) * view.inner_bytes;
+  if (len == 0 || run == 0) return;
+  std::size_t o = off / run, c = off % run;  // outer row and byte within the block's run
+  while (len > 0) {
+    const std::size_t n = std::min(len, run - c);
+    std::byte* at = tensor + o * row_ + starts_[j] + c;
+    kToPacked ? std::memcpy(packed, at, n) : std::memcpy(at, packed, n);
+    packed += n;
+    len -= n;
+    ++o;
+    c = 0;
+  }
+}
+
+void BlockLayout::pack_range(const std::byte* tensor, std::size_t j, std::size_t off,
+                             std::size_t len, std::byte* to) const {
+  copy_range<true>(to, const_cast<std::byte*>(tensor), j, off, len);  // reads the tensor only
+}
+
+void BlockLayout::unpack_range(const std::byte* from, std::size_t j, std::size_t off,
+                               std::size_t len, std::byte* tensor) const {
+  copy_range<false>(const_cast<std::byte*>(from), tensor, j, off, len);  // reads `from` only
+}
 
 namespace {
 // Moves blocks between [outer, n, inner] (`strided`) and blocks laid end to end (`packed`).

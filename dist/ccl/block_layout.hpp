@@ -25,7 +25,8 @@ std::vector<std::int64_t> block_elems(const Shape& s, int d, std::span<const std
 /// same blocks made contiguous ([outer, sizes[j], inner]) and laid end to end — the layout
 /// MPI's collectives want. When outer == 1 the two layouts coincide (direct()): MPI reads and
 /// writes the tensor itself. Otherwise one pass of memcpy runs (one per block and outer
-/// index) moves the data between the tensor and a workspace.
+/// index) moves the data between the tensor and a workspace — or, range by range, between the
+/// tensor and the shared-memory slots (pack_range / unpack_range), with no workspace at all.
 struct BlockLayout {
   BlockLayout() = default;
   BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_t> sizes);
@@ -34,9 +35,23 @@ struct BlockLayout {
   void pack(const std::byte* tensor, std::byte* packed) const;
   /// blocks end to end -> tensor (strided)
   void unpack(const std::byte* packed, std::byte* tensor) const;
+  /// Bytes [off, off + len) of block j as it would be packed ([outer, sizes[j], inner]),
+  /// copied from the tensor to `to`.
+  void pack_range(const std::byte* tensor, std::size_t j, std::size_t off, std::size_t len,
+                  std::byte* to) const;
+  /// The inverse: `from` holds bytes [off, off + len) of packed block j; they go to the tensor.
+  void unpack_range(const std::byte* from, std::size_t j, std::size_t off, std::size_t len,
+                    std::byte* tensor) const;
 
   DimView view;
   std::vector<std::int64_t> sizes;
+
+ private:
+  template <bool kToPacked>
+  void copy_range(std::byte* packed, std::byte* tensor, std::size_t j, std::size_t off,
+                  std::size_t len) const;
+  std::vector<std::size_t> starts_;  // byte offset of block j within a row
+  std::size_t row_ = 0;              // bytes of one outer row: n * inner
 };
 
 }  // namespace meshtest::dist::detail

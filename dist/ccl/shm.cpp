@@ -289,21 +289,25 @@ void ShmGroup::all_reduce(const std::byte* in, std::byte* out, std::int64_t n, D
   }
 }
 
-void ShmGroup::all_gather(const std::byte* in, std::byte* out, std::size_t piece) {
-  std::memcpy(out + static_cast<std::size_t>(index_) * piece, in, piece);
+void ShmGroup::all_gather(const std::byte* in, const BlockLayout& layout, std::byte* out,
+                          std::size_t piece) {
+  const auto me = static_cast<std::size_t>(index_);
+  layout.unpack_range(in, me, 0, piece, out);
   for (std::size_t off = 0; off < piece; off += chunk_) {
     const std::size_t len = std::min(chunk_, piece - off);
     step([&](std::size_t s) { put(s, 0, in + off, len); },
          [&](std::size_t s) {
            for (int j = 0; j < size_; ++j) {
-             if (j != index_) get(out + static_cast<std::size_t>(j) * piece + off, j, s, 0, len);
+             if (j == index_) continue;
+             layout.unpack_range(slot(j, s), static_cast<std::size_t>(j), off, len, out);
+             read_ += len;
            }
          });
   }
 }
 
-template <class Read>
-void ShmGroup::exchange_blocks(const std::byte* in, std::size_t block, const Read& read) {
+template <class Pack, class Read>
+void ShmGroup::exchange_blocks(std::size_t block, const Pack& pack, const Read& read) {
   const auto p = static_cast<std::size_t>(size_);
   const std::size_t sub = chunk_ / p / kLine * kLine;  // bytes of each block per step
   for (std::size_t off = 0; off < block; off += sub) {
@@ -311,7 +315,9 @@ void ShmGroup::exchange_blocks(const std::byte* in, std::size_t block, const Rea
     step(
         [&](std::size_t s) {
           for (std::size_t j = 0; j < p; ++j) {
-            if (j != static_cast<std::size_t>(index_)) put(s, j * sub, in + j * block + off, len);
+            if (j == static_cast<std::size_t>(index_)) continue;
+            pack(j, off, len, slot(index_, s) + j * sub);
+            written_ += len;
           }
         },
         [&](std::size_t s) { read(s, off, len, static_cast<std::size_t>(index_) * sub); });
@@ -327,14 +333,31 @@ void ShmGroup::reduce_slots(std::byte* dst, const std::byte* own, std::size_t s,
   reduce(dst, terms_, static_cast<std::int64_t>(n), t, op);
 }
 
-void ShmGroup::all_to_all(const std::byte* in, std::byte* out, std::size_t block) {
-  const std::size_t me = static_cast<std::size_t>(index_) * block;
-  std::memcpy(out + me, in + me, block);
-  exchange_blocks(in, block, [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
-    for (int j = 0; j < size_; ++j) {
-      if (j != index_) get(out + static_cast<std::size_t>(j) * block + off, j, s, at, len);
+void ShmGroup::all_to_all(const BlockLayout& send, const std::byte* in, const BlockLayout& recv,
+                          std::byte* out, std::size_t block) {
+  const auto me = static_cast<std::size_t>(index_);
+  if (send.direct() && recv.direct()) {
+    std::memcpy(out + me * block, in + me * block, block);
+  } else {  // the own block, strided on either side, through a chunk of scratch
+    scratch_.resize(std::min(block, chunk_));
+    for (std::size_t off = 0; off < block; off += scratch_.size()) {
+      const std::size_t len = std::min(scratch_.size(), block - off);
+      send.pack_range(in, me, off, len, scratch_.data());
+      recv.unpack_range(scratch_.data(), me, off, len, out);
     }
-  });
+  }
+  exchange_blocks(
+      block,
+      [&](std::size_t j, std::size_t off, std::size_t len, std::byte* to) {
+        send.pack_range(in, j, off, len, to);
+      },
+      [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
+        for (int j = 0; j < size_; ++j) {
+          if (j == index_) continue;
+          recv.unpack_range(slot(j, s) + at, static_cast<std::size_t>(j), off, len, out);
+          read_ += len;
+        }
+      });
 }
 
 void ShmGroup::reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t,
@@ -342,9 +365,14 @@ void ShmGroup::reduce_scatter(const std::byte* in, std::byte* out, std::int64_t 
   const std::size_t e = dtype_size(t);
   const std::size_t block = static_cast<std::size_t>(n) * e;
   const std::byte* own = in + static_cast<std::size_t>(index_) * block;
-  exchange_blocks(in, block, [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
-    reduce_slots(out + off, own + off, s, at, len / e, t, op);
-  });
+  exchange_blocks(
+      block,
+      [&](std::size_t j, std::size_t off, std::size_t len, std::byte* to) {
+        std::memcpy(to, in + j * block + off, len);
+      },
+      [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
+        reduce_slots(out + off, own + off, s, at, len / e, t, op);
+      });
 }
 
 }  // namespace meshtest::dist::detail

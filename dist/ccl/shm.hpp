@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dist/ccl/block_layout.hpp"
 #include "dist/ccl/options.hpp"
 #include "src/core/dtype.hpp"
 
@@ -95,18 +96,28 @@ class ShmGroup {
   /// caller divides). t must not be u8.
   void all_reduce(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
   /// out = the `piece` bytes of device 0, then device 1's, ...
-  void all_gather(const std::byte* in, std::byte* out, std::size_t piece);
+  /// out = every device's `piece` bytes (this device's at `in`, contiguous) placed as block j
+  /// of `layout` (the pieces along the gathered dim: strided when that dim is not leading,
+  /// written straight from the slots, no unpack pass).
+  void all_gather(const std::byte* in, const BlockLayout& layout, std::byte* out,
+                  std::size_t piece);
   /// Whether all_to_all of `block`-byte blocks should go through the window. The window copies
   /// every byte twice (into the slot, out of it); Open MPI's shared-memory transport moves a
   /// large contiguous message once (single copy, CMA), which wins from about 16 KiB blocks at
   /// 8 and 16 devices (bench ccl on a 16-core node: 0.65-0.89 x MPI_Alltoall through the window
   /// at 256 KiB-64 MiB). So from kManyDevices devices, blocks of kSingleCopyBlock bytes or more
   /// take MPI_Alltoall on contiguous blocks; below that, or with fewer devices, the window.
-  bool window_all_to_all(std::size_t block) const {
-    return size_ < kManyDevices || block < kSingleCopyBlock;
+  /// Strided blocks (`strided`: a dim that is not leading) always take the window: it packs
+  /// and unpacks them on the way into and out of the slots, where MPI would need a pack and an
+  /// unpack pass besides its copy.
+  bool window_all_to_all(std::size_t block, bool strided) const {
+    return strided || size_ < kManyDevices || block < kSingleCopyBlock;
   }
-  /// Block j (`block` bytes) of `in` goes to device j; out holds device 0's block, then 1's...
-  void all_to_all(const std::byte* in, std::byte* out, std::size_t block);
+  /// Block j of `send` over `in` (`block` bytes as packed) goes to device j, where it becomes
+  /// block index() of `recv` over `out`: each side strided or not, packed and unpacked range by
+  /// range straight between the tensor and the slots.
+  void all_to_all(const BlockLayout& send, const std::byte* in, const BlockLayout& recv,
+                  std::byte* out, std::size_t block);
   /// out = block `index()` (n elements of t) of x_0 op ... op x_{p-1}, where in holds p such
   /// blocks end to end.
   void reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
@@ -115,12 +126,12 @@ class ShmGroup {
   ShmGroup(MPI_Comm node, bool oversubscribed);
   template <class Write, class Read>
   void step(const Write& write, const Read& read);
-  /// Steps that carry the next piece of each of the p blocks of `in` (block j for device j;
-  /// this device's own block stays out of the slots); read(s, off, len, at) finds device j's
-  /// piece for this device at slot(j, s) + at, and its own piece at `in` + index() * block +
-  /// off.
-  template <class Read>
-  void exchange_blocks(const std::byte* in, std::size_t block, const Read& read);
+  /// Steps that carry the next piece of each of the p blocks of `block` bytes (block j for
+  /// device j; this device's own block stays out of the slots): pack(j, off, len, dst) copies
+  /// bytes [off, off + len) of block j to dst; read(s, off, len, at) finds device j's piece
+  /// for this device at slot(j, s) + at.
+  template <class Pack, class Read>
+  void exchange_blocks(std::size_t block, const Pack& pack, const Read& read);
   /// dst = the n elements at `at` of every device's slot s (this device's own term from
   /// `own` instead), reduced in axis order.
   void reduce_slots(std::byte* dst, const std::byte* own, std::size_t s, std::size_t at,
@@ -144,6 +155,7 @@ class ShmGroup {
   std::uint64_t steps_ = 0;       // steps this device has begun
   std::uint64_t written_ = 0, read_ = 0;
   std::vector<const std::byte*> terms_;  // reduce()'s p inputs
+  std::vector<std::byte> scratch_;       // a strided own block on its way from in to out
 };
 
 }  // namespace meshtest::dist::detail
