@@ -102,9 +102,12 @@ Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const Attenti
   }
   const Tensor attn =
       sdpa(q, k, v, w.sinks, {.sliding_window = p.sliding_window, .q_offset = offset});
-  Tensor partial = linear(attn, w.out_weight);
+  // Device 0 of the TP axis adds the out bias in its GEMM, rounding once as the single-device
+  // Linear with bias does (on one device the block is the single-device one, bit for bit).
+  Tensor partial = mesh.axis_index(o.tp_axis) == 0 ? linear(attn, w.out_weight, w.out_bias)
+                                                   : linear(attn, w.out_weight);
   all_reduce_inplace(mesh, partial, {.axis = o.tp_axis});
-  return add(x, add_bias(partial, w.out_bias));
+  return add(x, partial);
 }
 
 Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w,

@@ -47,7 +47,9 @@ Placements tp_logits_placements(const TpOptions& o = {});
 /// Attention block on this device's heads and tokens (p: the full model's params):
 ///   t = rms_norm(x); q, k, v = local heads of linear(t, qkv); RoPE at global positions;
 ///   k, v all_gathered over the token axis; o = sdpa(q, k, v, local sinks, window);
-///   out = x + add_bias(all_reduce_tp(linear(o, out.weight shard)), out.bias).
+///   out = x + all_reduce_tp(linear(o, out.weight shard) [+ out.bias on TP device 0]).
+/// The out bias joins device 0's partial inside its GEMM (one rounding, as the single-device
+/// Linear with bias), so on a TP axis of one device the block equals attention_block bit for bit.
 ///   x: [T_local, hidden]  ->  [T_local, hidden];  w: shard_attention_weights(...)
 /// token_offset: the global position of this device's first token. Left out, the block learns
 /// it from the token counts of the devices before it on the token axis (one more all_gather);

@@ -114,6 +114,41 @@ inline void expect_tp_matches_full(const MeshDevice& mesh,
              pcc.value, err.value, bound, pcc.passed && err.passed ? "ok" : "FAIL");
 }
 
+/// The bf16 copy of f32 weights as a checkpoint read in bf16 gives it: norm scales stay f32.
+inline BlockWeights bf16_weights(const BlockWeights& w32) {
+  BlockWeights w = astype(w32, DType::bf16);
+  w.attn.norm_scale = w32.attn.norm_scale;
+  w.mlp.norm_scale = w32.mlp.norm_scale;
+  return w;
+}
+inline TransformerWeights bf16_weights(const TransformerWeights& w32) {
+  TransformerWeights w = astype(w32, DType::bf16);
+  w.norm_scale = w32.norm_scale;
+  for (std::size_t n = 0; n < w.blocks.size(); ++n) w.blocks[n] = bf16_weights(w32.blocks[n]);
+  return w;
+}
+
+/// Collective over the mesh. The sharded bf16 result against the single-device f32 reference
+/// (the f32 path is the reference for bf16; `reference_f32` gets the full bf16 inputs and
+/// upcasts them): nmse <= max_nmse on device 0 (nmse 2e-4 is PCC ~0.9999). The bounds are about
+/// twice the single-device figures of the reference model's bf16 policy; TP adds the rounding of
+/// each device's partial sum (as the reference's own TP MLP does). Prints
+/// "BF16 <label> mesh <RxC> nmse <value> <= <bound> ok|FAIL" on device 0.
+inline void expect_bf16_tracks_f32(const MeshDevice& mesh,
+                                   const std::vector<testing::ShardedInput>& inputs,
+                                   const testing::ReferenceFn& reference_f32,
+                                   const std::function<Tensor(const std::vector<Tensor>&)>& sharded,
+                                   const Placements& output, double max_nmse,
+                                   const std::string& label) {
+  const Comparison c = testing::expect_matches_single_device(
+      mesh, inputs, reference_f32,
+      [&](const MeshDevice&, const std::vector<Tensor>& shards) { return sharded(shards); }, output,
+      {.metric = Metric::nmse, .threshold = max_nmse, .label = "bf16 vs f32 " + label});
+  if (mesh.device_id() != 0) return;
+  fmt::print("BF16 {:<34} mesh {:<4} nmse {:.3g} <= {:.3g} {}\n", label, mesh.str(), c.value,
+             max_nmse, c.passed ? "ok" : "FAIL");
+}
+
 /// expect_tp_matches_full for one activation x [T, hidden]: `sharded` runs on its token shard
 /// (placed {Shard(0), Replicate}) and returns one placed the same way.
 inline void expect_tp_matches(const MeshDevice& mesh, const Tensor& x,
