@@ -1,13 +1,25 @@
-# meshtest_add_mpi_test(<target> [NAME name] [NP n...] [TIMEOUT s] [ENV var=value...]
-#                       [ARGS ...])
+# meshtest_add_mpi_test(<target> [NAME name] [NP n...] [SCALE] [SCALE_NP n...]
+#                       [TIMEOUT s] [SCALE_TIMEOUT s] [ENV var=value...] [ARGS ...])
 # Registers an MPI GoogleTest binary in CTest once per rank count, as
 # <name>.np<N> (name defaults to the target), with labels "mpi" and "np<N>",
-# PROCESSORS N, a timeout and ENV added to the environment.
+# PROCESSORS N, a timeout (default 300 s) and ENV added to the environment.
+# NP defaults to MESHTEST_DEFAULT_NPS (1 2 3 4 8).
+# Scale runs: SCALE adds the rank counts of MESHTEST_SCALE_NPS (6 12 16) and
+# SCALE_NP the given ones (e.g. 32); they are labelled "scale" as well (`ctest -L
+# scale` runs only them, `-LE scale` leaves them out), time out after
+# SCALE_TIMEOUT (default: TIMEOUT), and none is registered when
+# MESHTEST_SCALE_TESTS is OFF. A count already in NP is not registered twice.
 # mpirun gets --oversubscribe (the rank count may exceed the cores) and is
 # allowed to run as root (CI containers).
 include_guard(GLOBAL)
 
 set(MESHTEST_DEFAULT_NPS 1 2 3 4 8 CACHE STRING "Rank counts for MPI tests")
+# Open MPI's tuned collectives switch algorithms with the communicator size: the
+# CCL, placement and parallel tests also run at these counts (and test_ccl and
+# test_shard at 32), oversubscribed on a small machine.
+set(MESHTEST_SCALE_NPS 6 12 16 CACHE STRING
+    "Rank counts of the scale runs of MPI tests registered with SCALE (label scale)")
+option(MESHTEST_SCALE_TESTS "Register the scale runs (SCALE, SCALE_NP) of MPI tests" ON)
 
 # Environment of every MPI test run. Sanitizer builds suppress the MPI
 # runtime's own process-lifetime allocations (cmake/lsan.supp), not ours.
@@ -23,7 +35,7 @@ if(MESHTEST_SANITIZE)
 endif()
 
 function(meshtest_add_mpi_test target)
-  cmake_parse_arguments(ARG "" "TIMEOUT;NAME" "NP;ARGS;ENV" ${ARGN})
+  cmake_parse_arguments(ARG "SCALE" "TIMEOUT;SCALE_TIMEOUT;NAME" "NP;SCALE_NP;ARGS;ENV" ${ARGN})
   if(NOT ARG_NAME)
     set(ARG_NAME ${target})
   endif()
@@ -33,14 +45,33 @@ function(meshtest_add_mpi_test target)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  foreach(np IN LISTS ARG_NP)
+  if(NOT ARG_SCALE_TIMEOUT)
+    set(ARG_SCALE_TIMEOUT ${ARG_TIMEOUT})
+  endif()
+  set(scale_nps)
+  if(MESHTEST_SCALE_TESTS)
+    if(ARG_SCALE)
+      list(APPEND scale_nps ${MESHTEST_SCALE_NPS})
+    endif()
+    list(APPEND scale_nps ${ARG_SCALE_NP})
+    list(REMOVE_DUPLICATES scale_nps)
+    list(REMOVE_ITEM scale_nps ${ARG_NP})
+  endif()
+  foreach(np IN LISTS ARG_NP scale_nps)
+    if(np IN_LIST scale_nps)
+      set(labels "mpi;scale;np${np}")
+      set(timeout ${ARG_SCALE_TIMEOUT})
+    else()
+      set(labels "mpi;np${np}")
+      set(timeout ${ARG_TIMEOUT})
+    endif()
     add_test(NAME ${ARG_NAME}.np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
     set_tests_properties(${ARG_NAME}.np${np} PROPERTIES
-      LABELS "mpi;np${np}"
+      LABELS "${labels}"
       PROCESSORS ${np}
-      TIMEOUT ${ARG_TIMEOUT}
+      TIMEOUT ${timeout}
       ENVIRONMENT "${MESHTEST_MPI_TEST_ENV};${ARG_ENV}")
   endforeach()
 endfunction()

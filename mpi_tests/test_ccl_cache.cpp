@@ -61,7 +61,7 @@ TEST(CclCache, RepeatedCallsHitThePlan) {
 
 TEST(CclCache, SwitchedOffGivesTheSameResults) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = device_tensor(mesh, 4, 3 * mesh.size() + 1);  // uneven at np 2, 3, 4, 8
+  const Tensor x = device_tensor(mesh, 4, 3 * mesh.size() + 1);  // uneven at every np > 1
   const std::vector<Tensor> on = sequence(mesh, x);
   const std::vector<Tensor> on_again = sequence(mesh, x);  // from cached plans
   std::vector<Tensor> off;

@@ -24,11 +24,13 @@
 namespace meshtest::dist::tp_test {
 
 /// The tiny config with heads that split over 1, 2, 4 and 8 devices: 16 q / 8 kv heads of 8,
-/// intermediate 32 (4 experts top-2, hidden 64, vocab 128, 2 layers, window 4). At TP = 3 the
-/// head counts do not divide: the tests expect the clear error there.
+/// intermediate 32 (4 experts top-2, hidden 64, vocab 128, 2 layers, window 4). At other TP
+/// sizes (3, 5, 6, 12, 16, ...) some count does not divide: the tests expect the clear error
+/// there (tp_split_error).
 inline GptOssConfig config() { return GptOssConfig::tiny_tp(); }
 
-/// Tokens of the tests: 11 (uneven over 2, 3, 4 and 8 token shards; longer than the window).
+/// Tokens of the tests: 11 (uneven over 2 to 10 token shards, some empty over 12 or 16; longer
+/// than the window).
 inline constexpr std::int64_t kTokens = 11;
 
 /// Seeded input activations [T, hidden] (every rank builds the same tensor).
@@ -46,6 +48,25 @@ inline bool tp_divides(const GptOssConfig& c, const MeshDevice& mesh, int axis =
   const int tp = mesh.axis_size(axis);
   return c.num_attention_heads % tp == 0 && c.num_key_value_heads % tp == 0 &&
          c.intermediate_size % tp == 0;
+}
+
+/// The error tensor parallelism over `tp` devices gives for `c`, as expect_error needles
+/// {"<count> = <n>", "over <tp> devices"}: the first of num_attention_heads and
+/// num_key_value_heads (when `attention`), then intermediate_size (when `mlp`), that `tp` does
+/// not divide, in the order the library checks them; {} when every checked count divides.
+/// At TP 16, for one, the 16 q heads split and the 8 kv heads do not.
+inline std::vector<std::string> tp_split_error(const GptOssConfig& c, int tp, bool attention = true,
+                                               bool mlp = true) {
+  std::vector<std::pair<const char*, std::int64_t>> counts;
+  if (attention) {
+    counts.emplace_back("num_attention_heads", c.num_attention_heads);
+    counts.emplace_back("num_key_value_heads", c.num_key_value_heads);
+  }
+  if (mlp) counts.emplace_back("intermediate_size", c.intermediate_size);
+  for (const auto& [name, n] : counts) {
+    if (n % tp != 0) return {fmt::format("{} = {}", name, n), fmt::format("over {} devices", tp)};
+  }
+  return {};
 }
 
 /// Runs f() under a profiler session and returns how many CCL records it left with op code
@@ -67,7 +88,7 @@ inline double threshold(DType dtype) { return dtype == DType::bf16 ? 0.99 : 0.99
 /// uniform scale error (an all_reduce that averages, a bias added twice on a constant input),
 /// this bound does.
 ///   f32:  1e-5. TP and single device differ only in the order of f32 sums (dot products of
-///         <= 64 terms, all_reduce of <= 8 partials, softmax over <= 11 keys): ~1e-7 relative
+///         <= 64 terms, all_reduce of <= 16 partials, softmax over <= 11 keys): ~1e-7 relative
 ///         each, ~1e-6 after 2 layers; a 1e-5 scale error already fails.
 ///   bf16: 0.05. The sharded and reference paths round partial results to bf16 (unit
 ///         roundoff 2^-8 = 0.4%) at different places; a few roundings in a row stay well under
