@@ -13,9 +13,10 @@ namespace meshtest::dist {
 /// the pieces concatenated along opt.dim in axis order, on every device. Empty pieces
 /// (n_i = 0) are fine. Agrees on the call (detail::Call: one shared-memory step or one small
 /// MPI_Allreduce; the per-device sizes are gathered only when pieces differ), then, for even
-/// pieces along a leading dim on one node, the shared-memory ring (detail::ShmGroup), else
-/// MPI_Allgather (even pieces; along a non-leading dim into place through a derived datatype)
-/// or MPI_Allgatherv.
+/// pieces on one node, the shared-memory ring (detail::ShmGroup; along a non-leading dim the
+/// pieces are unpacked straight from the slots into place), else MPI_Allgather (even pieces)
+/// or MPI_Allgatherv on contiguous buffers (a non-leading dim is gathered end to end and
+/// unpacked: no derived datatypes, so no MPI algorithm choice can change the result).
 /// Throws meshtest::Error, the same on every device of the group (never a hang), when:
 /// opt.axis is not 0, 1 or kAllAxes (thrown locally, before any communication); opt.dim is
 /// out of range [-rank, rank) on any device; devices disagree on opt.dim; dtypes differ;

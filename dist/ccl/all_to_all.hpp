@@ -15,9 +15,12 @@ namespace meshtest::dist {
 /// concatenated along opt.concat_dim in axis order. All dims but split_dim
 /// must agree across devices, and so must the dtype; when split_dim != concat_dim the
 /// split_dim sizes must agree too (the received pieces are concatenated along concat_dim).
-/// Agrees on the call (detail::Call), then, for even blocks along leading dims on one node,
-/// the shared-memory ring (detail::ShmGroup), else MPI_Alltoall (even blocks; strided ones
-/// through derived datatypes) or MPI_Alltoallv. Throws meshtest::Error, the same on
+/// Agrees on the call (detail::Call), then, for even blocks on one node, the shared-memory
+/// ring (detail::ShmGroup; strided blocks are packed into and unpacked out of the slots; from
+/// 8 devices, contiguous blocks of 16 KiB or more go to MPI_Alltoall, whose single copy is
+/// faster), else MPI_Alltoall (even blocks) or MPI_Alltoallv on contiguous buffers (strided
+/// blocks are packed and unpacked: no derived datatypes, whose handling by Open MPI's
+/// modified Bruck algorithm corrupted data at 16 devices). Throws meshtest::Error, the same on
 /// every device of the group (never a hang), for: a bad axis (locally), split_dim or
 /// concat_dim; devices disagreeing on the dims, the dtype or the shape; buffers beyond INT_MAX
 /// elements.
