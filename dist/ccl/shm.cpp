@@ -335,6 +335,7 @@ void ShmGroup::reduce_slots(std::byte* dst, const std::byte* own, std::size_t s,
 
 void ShmGroup::all_to_all(const BlockLayout& send, const std::byte* in, const BlockLayout& recv,
                           std::byte* out, std::size_t block) {
+  if (block == 0) return;  // empty tensors (null buffers): no step on any device
   const auto me = static_cast<std::size_t>(index_);
   if (send.direct() && recv.direct()) {
     std::memcpy(out + me * block, in + me * block, block);
