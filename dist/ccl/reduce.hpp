@@ -37,7 +37,6 @@ class DirectReduceScatter {
   /// device's own block of `blocks`). Collective over comm (p devices, this one `index`).
   void run(const std::byte* blocks, std::byte* out, MPI_Datatype mpi_t, ReduceOp op, MPI_Comm comm);
   const std::vector<int>& counts() const { return counts_; }
-  const std::vector<std::size_t>& offsets() const { return offsets_; }
 
  private:
   std::vector<int> counts_;

@@ -8,7 +8,6 @@
 #include "dist/ccl/shm.hpp"
 
 #include <algorithm>
-#include <tuple>
 
 namespace meshtest::dist {
 

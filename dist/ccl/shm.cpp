@@ -3,7 +3,6 @@
 
 #include <sched.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -13,7 +12,6 @@
 #include <optional>
 #include <string_view>
 #include <thread>
-#include <type_traits>
 
 #include "dist/ccl/reduce.hpp"
 #include "dist/mesh/mpi_check.hpp"
