@@ -1,6 +1,7 @@
 // meshtest-bench ccl: the nccl-tests table of meshtest's CCLs, each beside the direct MPI call
 // timed in the same run on the same buffers, and the α-β model fitted to the measurements.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_common.hpp"
@@ -264,6 +266,34 @@ int parse(int argc, char** argv, Options& o) {
   });
 }
 
+/// Collective: "8 on 1 node (host)" or "4 on 2 nodes: h1 x2 (ranks 0 2), h2 x2 (ranks 1 3)":
+/// where the ranks run, by MPI_Get_processor_name, for the table's header.
+std::string describe_nodes(MPI_Comm comm) {
+  int p = 0, me = 0;
+  MESHTEST_MPI(MPI_Comm_size(comm, &p));
+  MESHTEST_MPI(MPI_Comm_rank(comm, &me));
+  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
+  int len = 0;
+  MESHTEST_MPI(MPI_Get_processor_name(name.data(), &len));
+  std::vector<char> all(static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME);
+  MESHTEST_MPI(MPI_Gather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm));
+  if (me != 0) return {};
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;  // in order of first rank
+  for (int r = 0; r < p; ++r) {
+    const std::string h(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {h, {}});
+    it->second.push_back(r);
+  }
+  if (hosts.size() == 1) return fmt::format("{} on 1 node ({})", p, hosts[0].first);
+  std::string out = fmt::format("{} on {} nodes:", p, hosts.size());
+  for (const auto& [h, ranks] : hosts) {
+    out += fmt::format(" {} x{} (ranks {})", h, ranks.size(), fmt::join(ranks, " "));
+  }
+  return out;
+}
+
 int bench_ccl(int argc, char** argv) {
   Options o;
   // Before MPI: --help and bad options need no communication (every rank parses alike).
@@ -282,12 +312,16 @@ int bench_ccl(int argc, char** argv) {
     }
     // One agreed call makes the shared-memory group when the ranks share a node (shm.hpp).
     (void)dist::all_reduce(mesh, Tensor(Shape{1}, DType::i32));
+    const std::string nodes = describe_nodes(mesh.comm());
+    const bool one_node = dist::detail::ShmGroup::one_node(mesh.comm());  // every rank calls
     if (root) {
-      fmt::print("# meshtest's path for equal contiguous pieces: {}\n",
+      fmt::print("# ranks: {}\n# meshtest's path on the bench's axis (a line of {}): {}\n", nodes,
+                 p,
                  dist::detail::ShmGroup::find(mesh.comm()) != nullptr
-                     ? "the shared-memory ring (MESHTEST_CCL_SHM=0 turns it off)"
-                     : "MPI (no shared-memory group: one rank, several nodes or "
-                       "MESHTEST_CCL_SHM=0)");
+                     ? "the shared-memory ring (one node; MESHTEST_CCL_SHM=0 turns it off)"
+                 : p == 1    ? "none needed (one rank)"
+                 : !one_node ? "MPI (the ranks span nodes)"
+                             : "MPI (MESHTEST_CCL_SHM=0)");
     }
     for (Op op : o.ops) {
       if (root) print_header(o, op, p);

@@ -71,8 +71,16 @@ ShmGroup* group_of(const MeshDevice& mesh) {
   return ShmGroup::find(mesh.comm());
 }
 
+/// Skips the test (on every device alike) when the mesh's devices span nodes: such a group has
+/// no shared-memory path, and its CCLs take the MPI path (test_ccl covers them there).
+#define SKIP_UNLESS_ONE_NODE(mesh)                                                       \
+  if (!ShmGroup::one_node((mesh).comm()))                                                \
+  GTEST_SKIP() << "the devices span nodes: the shared-memory path is for one node only " \
+                  "(this group takes the MPI path)"
+
 TEST(CclShm, GroupIsMadeByTheFirstAgreedCall) {
   const MeshDevice mesh = MeshDevice::line();
+  SKIP_UNLESS_ONE_NODE(mesh);
   EXPECT_EQ(ShmGroup::find(mesh.comm()), nullptr) << "no call yet";
   ShmGroup* g = group_of(mesh);
   ASSERT_EQ(g != nullptr, mesh.size() > 1) << "one node, the path on: a group iff p > 1";
@@ -150,6 +158,7 @@ TEST(CclShm, DisagreementAfterTheGroupExistsGivesTheFullErrorAndStaysInStep) {
   const MeshDevice mesh = MeshDevice::line();
   const int p = mesh.size(), me = mesh.device_id();
   if (p == 1) GTEST_SKIP() << "needs two devices";
+  SKIP_UNLESS_ONE_NODE(mesh);
   ASSERT_NE(group_of(mesh), nullptr);
   const Shape shape{me == p - 1 ? 5 : 4};
   ccl_test::expect_error(mesh, kAllAxes, "shape differs on the last device",
@@ -197,7 +206,8 @@ TEST(CclShm, TurnedOffOnOneDeviceMeansNoGroupAnywhere) {
   }
   ShmGroup::set_enabled(true);
   const MeshDevice mesh = MeshDevice::line();
-  EXPECT_EQ(group_of(mesh) != nullptr, mesh.size() > 1);
+  const bool one_node = ShmGroup::one_node(mesh.comm());
+  EXPECT_EQ(group_of(mesh) != nullptr, mesh.size() > 1 && one_node);
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
 // all_reduce: element-wise reduction over the devices of an axis.
+// Its path (shared memory when the group is on one node, else MPI, also across nodes) is
+// chosen per communicator as dist/ccl/ccl.hpp says.
 #pragma once
 
 #include "dist/ccl/options.hpp"

@@ -1,4 +1,6 @@
 // all_to_all and all_to_all_v: personalized exchange between the devices of an axis.
+// Its path (shared memory when the group is on one node, else MPI, also across nodes) is
+// chosen per communicator as dist/ccl/ccl.hpp says.
 #pragma once
 
 #include <cstdint>

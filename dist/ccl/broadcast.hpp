@@ -1,4 +1,5 @@
 // broadcast: the root's tensor to every device of an axis.
+// It always takes the MPI path (MPI_Bcast), within a node and across nodes (dist/ccl/ccl.hpp).
 #pragma once
 
 #include "dist/ccl/options.hpp"

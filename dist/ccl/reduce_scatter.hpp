@@ -1,4 +1,6 @@
 // reduce_scatter: reduce over the axis, device i keeps slice i along a dim.
+// Its path (shared memory when the group is on one node, else MPI, also across nodes) is
+// chosen per communicator as dist/ccl/ccl.hpp says.
 #pragma once
 
 #include "dist/ccl/options.hpp"

@@ -95,6 +95,19 @@ ShmGroup* ShmGroup::find(MPI_Comm comm) {
   return e != nullptr ? e->group.get() : nullptr;
 }
 
+bool ShmGroup::one_node(MPI_Comm comm) {
+  int p = 0;
+  MESHTEST_MPI(MPI_Comm_size(comm, &p));
+  MPI_Comm node = MPI_COMM_NULL;
+  MESHTEST_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  MESHTEST_MPI(MPI_Comm_size(node, &local));
+  MESHTEST_MPI(MPI_Comm_free(&node));
+  int all = local == p ? 1 : 0;
+  MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all == 1;
+}
+
 void ShmGroup::establish(MPI_Comm comm) {
   if (established(comm) != nullptr) return;
   auto e = std::make_unique<Established>();

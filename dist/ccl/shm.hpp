@@ -77,6 +77,10 @@ class ShmGroup {
   /// group when `comm` has more than one device, all of them share a node and every device
   /// has the path enabled (see enabled()); otherwise records that `comm` has none.
   static void establish(MPI_Comm comm);
+  /// Collective over `comm`: whether all its devices share one node (MPI_COMM_TYPE_SHARED:
+  /// Open MPI's node, one host). A group that spans nodes has no shared-memory group; its
+  /// CCLs take the MPI path.
+  static bool one_node(MPI_Comm comm);
   /// Whether this process makes groups for communicators established from now on: the
   /// environment variable MESHTEST_CCL_SHM (0 turns the path off; default on), unless
   /// set_enabled() overrode it. Devices that disagree get no group (agreed at establish).

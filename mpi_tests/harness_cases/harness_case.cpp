@@ -2,6 +2,8 @@
 // jobs (mpirun -np K harness_case --gtest_filter=...). Each test misbehaves on purpose; the
 // MARK: comments let test_harness find their lines.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -125,6 +127,25 @@ TEST_F(MeshTest, SegvOnRank1) {
 TEST_F(MeshTest, AbortOnRank1) {
   if (rank() == 1) {
     std::abort();
+  }
+  sum_of_ones(mesh());
+}
+
+// --- the last rank fails: across simulated hosts it is on the second host whether ranks are
+// mapped by node or by slot (mpi_tests/multinode/fault.sh) ---
+
+TEST_F(MeshTest, AssertOnLastRankThenAllReduce) {
+  sum_of_ones(mesh());
+  if (rank() == world_size() - 1) {
+    ASSERT_EQ(rank(), 0) << "assert failed on the last rank";
+  }
+  sum_of_ones(mesh());
+}
+
+TEST_F(MeshTest, LastRankKilled) {  // as by kill -9: no handler, no output, no goodbye
+  sum_of_ones(mesh());
+  if (rank() == world_size() - 1) {
+    kill(getpid(), SIGKILL);
   }
   sum_of_ones(mesh());
 }

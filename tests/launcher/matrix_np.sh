@@ -10,12 +10,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export MESHTEST_REPORTS_DIR=$work
 bin=$(type -P true)
-fail() {
-  echo "FAIL: $1" >&2
-  shift
-  printf '%s\n' "$@" | sed 's/^/  | /' >&2
-  exit 1
-}
+# shellcheck source=tests/launcher/common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 # 1 and 3 ranks on any machine; 3 is oversubscribed on a 2-core one.
 rc=0
