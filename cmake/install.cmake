@@ -1,4 +1,5 @@
-# install.cmake — the meshtest CMake package.
+# install.cmake — the meshtest CMake package (included when MESHTEST_INSTALL is ON: by default
+# only when meshtest is the top-level project).
 # Installs the libraries, the headers (include/meshtest/{src,dist}/...), the
 # test-registration helper and meshtestConfig.cmake, and writes the same config
 # into the build tree, so that find_package(meshtest) works with
@@ -49,6 +50,7 @@ install(FILES
   ${PROJECT_BINARY_DIR}/cmake/meshtestConfig.cmake
   ${PROJECT_BINARY_DIR}/meshtestConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/meshtest_testing.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/lsan.supp  # the MPI test environment of sanitizer builds
   DESTINATION ${MESHTEST_INSTALL_CMAKEDIR})
 
 # The build tree as a package: meshtest_DIR=<build dir>.
@@ -62,3 +64,4 @@ configure_package_config_file(
   INSTALL_PREFIX ${PROJECT_BINARY_DIR})
 configure_file(${PROJECT_SOURCE_DIR}/cmake/meshtest_testing.cmake
                ${PROJECT_BINARY_DIR}/meshtest_testing.cmake COPYONLY)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/lsan.supp ${PROJECT_BINARY_DIR}/lsan.supp COPYONLY)

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# run_external.sh — checks that a test program outside the repo builds against
-# the meshtest CMake package and that the harness ends a failing MPI job.
-#   build: (a) configure + build docs/examples/external_test against the build
-#              tree (-Dmeshtest_DIR=<build dir>);
-#          (b) cmake --install the build tree into <work>/prefix and build the
-#              example against that (-DCMAKE_PREFIX_PATH=<work>/prefix);
-#   run:   (c) run the installed example at np 4 under mpirun (60 s timeout) and
-#              assert: non-zero exit, done within 30 s, output names "[rank 1/4]".
-# Usage: run_external.sh [--build-dir DIR] [--work DIR] [--mpiexec PATH]
-#                        [--phase build|run|all]
-# CTest runs it from tests/external/CMakeLists.txt (label "external").
+# run_external.sh — checks that projects outside meshtest build against it and pass, and that
+# the harness ends a failing MPI job. Phases (CTest runs each as a test, label "external"):
+#   package        cmake --install the build tree into <work>/prefix; build
+#                  examples/row_parallel_linear against that (-DCMAKE_PREFIX_PATH) and
+#                  docs/examples/external_test against the build tree (-Dmeshtest_DIR);
+#   package-test   ctest of the example built by `package` (np 1 2 3 4);
+#   subdir         build examples/row_parallel_linear with meshtest's sources added by
+#                  add_subdirectory (-DMESHTEST_SOURCE_DIR=<repo>: only meshtest's libraries
+#                  compile, at -O0: the plumbing is under test, not the optimizer);
+#   subdir-test    ctest of the example built by `subdir`;
+#   rank-failure   run docs/examples/external_test at np 4 under mpirun (60 s timeout) and
+#                  assert: non-zero exit, done within 30 s, output names "[rank 1/4]";
+#   bad-component  find_package(meshtest COMPONENTS nosuch) must fail at configure, naming
+#                  "nosuch" and the components there are;
+#   all            every phase, in this order.
+# No C++ standard is set by either example: the meshtest targets carry C++20.
+# Usage: run_external.sh [--build-dir DIR] [--work DIR] [--mpiexec PATH] [--phase PHASE]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-example="$root/docs/examples/external_test"
+example="$root/examples/row_parallel_linear"
+rank_failure="$root/docs/examples/external_test"
 build_dir="${MESHTEST_BUILD_DIR:-$root/build}"
 work=""
 mpiexec="${MPIEXEC:-mpirun}"
@@ -22,8 +29,9 @@ phase=all
 np=4
 run_timeout=60   # the job is killed after this
 max_seconds=30   # ...but it must end on its own within this
+phases=(package package-test subdir subdir-test rank-failure bad-component)
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_external: error: $*" >&2; exit 2; }
 
 while [[ $# -gt 0 ]]; do
@@ -36,7 +44,13 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
-case "$phase" in build | run | all) ;; *) die "--phase must be build, run or all, not '$phase'" ;; esac
+if [[ "$phase" == all ]]; then
+  run_phases=("${phases[@]}")
+elif [[ " ${phases[*]} " == *" $phase "* ]]; then
+  run_phases=("$phase")
+else
+  die "--phase must be one of: ${phases[*]} all; not '$phase'"
+fi
 [[ "$build_dir" = /* ]] || build_dir="$root/$build_dir"
 [[ -f "$build_dir/meshtestConfig.cmake" ]] ||
   die "no meshtestConfig.cmake in $build_dir: build meshtest first (./launch/meshtest build)"
@@ -47,53 +61,92 @@ fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-# Build the example with the compiler, build type and sanitizer flags of meshtest.
+# Build the examples with the compiler, build type and sanitizer of meshtest's build.
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt"; }
 cmake_args=(-DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)")
 build_type=$(cache_value CMAKE_BUILD_TYPE)
-[[ -z "$build_type" ]] || cmake_args+=(-DCMAKE_BUILD_TYPE="$build_type")
 if [[ "$(cache_value MESHTEST_SANITIZE)" == ON ]]; then
+  # MESHTEST_SANITIZE: meshtest_add_mpi_test gives the tests the LeakSanitizer suppressions of
+  # the MPI runtime (lsan.supp, installed with the package); under add_subdirectory it also
+  # instruments meshtest's own sources.
   cmake_args+=("-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer"
-               "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined")
+               "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" -DMESHTEST_SANITIZE=ON)
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 
 step() { echo "==> $*"; }
+# run_logged <log> <what failed> <command...>: the command's output goes to the log, shown on failure.
+run_logged() {
+  local log=$1 what=$2
+  shift 2
+  "$@" >>"$log" 2>&1 || { cat "$log"; die "$what failed (log: $log)"; }
+}
+# build_example <source> <build dir> <cmake args...>: configure and build a project.
+build_example() {
+  local src=$1 dir=$2
+  shift 2
+  rm -rf "$dir" "$dir.log"
+  run_logged "$dir.log" "configure of $src" cmake -S "$src" -B "$dir" "${cmake_args[@]}" "$@"
+  run_logged "$dir.log" "build of $src" cmake --build "$dir" -j"$jobs"
+}
+# no_warnings <build dir>: a build against the package compiles only the consumer's code and
+# meshtest's headers: a compiler warning there is one every consumer would see.
+no_warnings() {
+  if grep -q "warning:" "$1.log"; then
+    grep "warning:" "$1.log"
+    die "the build in $1 gave compiler warnings (log: $1.log)"
+  fi
+}
+# ctest_example <build dir>: the project's own tests, one at a time.
+ctest_example() {
+  [[ -f "$1/CTestTestfile.cmake" ]] || die "$1 is not built: run its build phase first (same --work)"
+  step "ctest --test-dir $1"
+  ctest --test-dir "$1" --output-on-failure -j1
+}
 
-if [[ "$phase" != run ]]; then
-  step "(a) example against the build tree ($build_dir)"
-  cmake -S "$example" -B "$work/tree" -Dmeshtest_DIR="$build_dir" "${cmake_args[@]}" >"$work/tree.log" 2>&1 ||
-    { cat "$work/tree.log"; die "(a) configure against the build tree failed"; }
-  cmake --build "$work/tree" -j"$jobs" >>"$work/tree.log" 2>&1 ||
-    { cat "$work/tree.log"; die "(a) build against the build tree failed"; }
+phase_package() {
+  step "cmake --install $build_dir --prefix $work/prefix"
+  rm -rf "$work/prefix" "$work/install.log"
+  run_logged "$work/install.log" "cmake --install" cmake --install "$build_dir" --prefix "$work/prefix"
+  step "examples/row_parallel_linear against the install ($work/prefix)"
+  build_example "$example" "$work/package" -DCMAKE_PREFIX_PATH="$work/prefix" \
+    ${build_type:+-DCMAKE_BUILD_TYPE="$build_type"}
+  grep -q "^meshtest_DIR:PATH=$work/prefix/" "$work/package/CMakeCache.txt" ||
+    die "the example did not find meshtest in $work/prefix: $(grep '^meshtest_DIR' "$work/package/CMakeCache.txt")"
+  no_warnings "$work/package"
+  echo "    ok: $work/package/test_row_parallel_linear"
+  step "docs/examples/external_test against the build tree ($build_dir)"
+  build_example "$rank_failure" "$work/tree" -Dmeshtest_DIR="$build_dir" \
+    ${build_type:+-DCMAKE_BUILD_TYPE="$build_type"}
+  no_warnings "$work/tree"
   echo "    ok: $work/tree/test_rank_failure"
+}
 
-  step "(b) cmake --install $build_dir --prefix $work/prefix, example against the install"
-  rm -rf "$work/prefix"
-  cmake --install "$build_dir" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
-    { cat "$work/install.log"; die "(b) cmake --install failed"; }
-  cmake -S "$example" -B "$work/installed" -DCMAKE_PREFIX_PATH="$work/prefix" "${cmake_args[@]}" \
-    >"$work/installed.log" 2>&1 || { cat "$work/installed.log"; die "(b) configure against the install failed"; }
-  grep -q "$work/prefix" "$work/installed/CMakeCache.txt" ||
-    die "(b) the example did not find meshtest in $work/prefix"
-  cmake --build "$work/installed" -j"$jobs" >>"$work/installed.log" 2>&1 ||
-    { cat "$work/installed.log"; die "(b) build against the install failed"; }
-  echo "    ok: $work/installed/test_rank_failure"
-fi
+phase_subdir() {
+  step "examples/row_parallel_linear with add_subdirectory($root)"
+  # No build type: -O0 without -g compiles meshtest's libraries fastest.
+  build_example "$example" "$work/subdir" -DMESHTEST_SOURCE_DIR="$root" -DCMAKE_BUILD_TYPE=
+  local t
+  for t in meshtest-demo test_ccl meshtest-bench; do  # the parent gets meshtest's libraries only
+    [[ ! -e "$work/subdir/meshtest/bin/$t" && ! -e "$work/subdir/meshtest/mpi_tests/$t" ]] ||
+      die "add_subdirectory built meshtest's $t: its tests, benches and tools must be off"
+  done
+  echo "    ok: $work/subdir/test_row_parallel_linear"
+}
 
-if [[ "$phase" != build ]]; then
-  exe="$work/installed/test_rank_failure"
-  [[ -x "$exe" ]] || die "$exe is missing: run the build phase first (same --work)"
-  flags=(-np "$np" --oversubscribe)
+phase_rank_failure() {
+  local exe="$work/tree/test_rank_failure"
+  [[ -x "$exe" ]] || die "$exe is missing: run the package phase first (same --work)"
+  local flags=(-np "$np" --oversubscribe)
   if [[ $EUID -eq 0 ]]; then flags+=(--allow-run-as-root); fi
-  step "(c) timeout $run_timeout $mpiexec ${flags[*]} $exe"
-  start=$EPOCHREALTIME
-  rc=0
+  step "timeout $run_timeout $mpiexec ${flags[*]} $exe"
+  local start=$EPOCHREALTIME rc=0
   GTEST_COLOR=no timeout -k 5 "$run_timeout" "$mpiexec" "${flags[@]}" "$exe" \
     </dev/null >"$work/run.log" 2>&1 || rc=$?
+  local seconds
   seconds=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
   sed 's/^/    | /' "$work/run.log" | tail -n 40
-  failed=0
+  local failed=0
   check() {  # check <ok 0|1> <message>
     if [[ "$1" == 1 ]]; then echo "    pass: $2"; else echo "    FAIL: $2"; failed=1; fi
   }
@@ -103,5 +156,29 @@ if [[ "$phase" != build ]]; then
     "ended within $max_seconds s (took $seconds s)"
   check "$(grep -qF "[rank 1/$np]" "$work/run.log" && echo 1 || echo 0)" "output names [rank 1/$np]"
   [[ $failed -eq 0 ]] || exit 1
-fi
+}
+
+phase_bad_component() {
+  local dir="$work/bad-component" rc=0
+  step "find_package(meshtest REQUIRED COMPONENTS core nosuch) must fail at configure"
+  rm -rf "$dir"
+  cmake -S "$here/bad_component" -B "$dir" -Dmeshtest_DIR="$build_dir" >"$dir.log" 2>&1 || rc=$?
+  sed 's/^/    | /' "$dir.log" | grep -v '^    | *$' | tail -n 12
+  [[ $rc -ne 0 ]] || die "configure succeeded: asking for component 'nosuch' must fail"
+  local want='meshtest has no component "nosuch" (its components are: core, meshtest, gtest_main)'
+  # CMake wraps the message; compare it with the line breaks and indentation taken out.
+  tr -s ' \n' ' ' <"$dir.log" | grep -qF "$want" || die "the configure error does not say: $want"
+  echo "    pass: configure failed (exit $rc) with: $want"
+}
+
+for p in "${run_phases[@]}"; do
+  case "$p" in
+    package) phase_package ;;
+    package-test) ctest_example "$work/package" ;;
+    subdir) phase_subdir ;;
+    subdir-test) ctest_example "$work/subdir" ;;
+    rank-failure) phase_rank_failure ;;
+    bad-component) phase_bad_component ;;
+  esac
+done
 echo "run_external: ok ($phase)"
