@@ -131,6 +131,10 @@ hosts_up() {
   } >"$HOSTS_DIR/etc-hosts"
   ip link add "$HOSTS_BRIDGE" type bridge
   ip addr add "$HOSTS_NET.1/24" dev "$HOSTS_BRIDGE"
+  # Bridged traffic between hosts must not go through this machine's firewall (a FORWARD
+  # policy of DROP, as container runtimes set, would stop every message between hosts).
+  ip link set "$HOSTS_BRIDGE" type bridge nf_call_iptables 0 nf_call_ip6tables 0 \
+    nf_call_arptables 0 2>/dev/null || true
   ip link set "$HOSTS_BRIDGE" up
   for ((i = 1; i <= n; i++)); do
     h=$(hosts_name "$i")
@@ -179,7 +183,8 @@ hosts_status() {
 # hosts_mpirun_flags <hosts> <np> <map>: mpirun's flags for a job of np ranks spread over the
 # first <hosts> simulated hosts, one a line: a hostfile giving each host ceil(np / hosts)
 # slots, --map-by node (rank r on host r mod hosts) or slot (ranks filling one host, then the
-# next), the agent, and TCP kept on the bridge's subnet.
+# next), the rsh launcher with the agent (also where the environment picks another, e.g.
+# OMPI_MCA_plm=isolated in containers), and TCP kept on the bridge's subnet.
 hosts_mpirun_flags() {
   local want=$1 np=$2 map=$3 n i slots file
   n=$(hosts_count)
@@ -195,7 +200,7 @@ hosts_mpirun_flags() {
   # hostfile's slots: idle ranks must yield (else busy-polling ranks starve the others and a
   # test takes 50 times longer).
   printf '%s\n' --hostfile "$file" --map-by "$map" --mca mpi_yield_when_idle 1 \
-    --mca plm_rsh_agent "$ROOT/launch/hosts-agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca plm rsh --mca plm_rsh_agent "$ROOT/launch/hosts-agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$HOSTS_NET.0/24" --mca btl_tcp_if_include "$HOSTS_NET.0/24"
 }
 
