@@ -186,10 +186,7 @@ hosts_status() {
 # next), the rsh launcher with the agent (also where the environment picks another, e.g.
 # OMPI_MCA_plm=isolated in containers), and TCP kept on the bridge's subnet.
 hosts_mpirun_flags() {
-  local want=$1 np=$2 map=$3 n i slots file
-  n=$(hosts_count)
-  [[ "$n" != 0 ]] || die "no simulated hosts are up: run '$PROG hosts up $want' first (root only)"
-  [[ $want -le $n ]] || die "--hosts $want: only $n simulated hosts are up ('$PROG hosts up $want')"
+  local want=$1 np=$2 map=$3 i slots file  # hosts_options checked that want hosts are up
   slots=$(((np + want - 1) / want))
   file="$HOSTS_DIR/hostfile-$want-$slots"
   if [[ ! -f "$file" ]]; then
@@ -222,6 +219,21 @@ cmd_hosts() {
     check) hosts_check ;;
     *) usage_error hosts "unknown action '$action' (up, down, status or check)" ;;
   esac
+}
+
+# hosts_options <sub> <hosts> <map>: checks run's or matrix's --hosts N and --map-by M (either
+# may be empty) and dies unless that many simulated hosts are up; sets HOSTS_WANT (N without
+# leading zeros, or empty).
+hosts_options() {
+  local sub=$1 hosts=$2 map=$3
+  HOSTS_WANT=""
+  if [[ -n "$map" ]]; then
+    [[ "$map" == node || "$map" == slot ]] || usage_error "$sub" "--map-by must be node or slot, not '$map'"
+  fi
+  [[ -n "$hosts" ]] || return 0
+  is_posint "$hosts" || usage_error "$sub" "--hosts needs a positive integer, not '$hosts'"
+  HOSTS_WANT=$((10#$hosts))
+  hosts_require "$HOSTS_WANT"
 }
 
 # hosts_require <hosts>: dies unless that many simulated hosts are up.
