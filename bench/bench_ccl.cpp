@@ -19,6 +19,7 @@
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
+#include "dist/ccl/node_chain.hpp"
 #include "dist/ccl/shm.hpp"
 #include "dist/mesh/environment.hpp"
 #include "src/core/file.hpp"
@@ -322,6 +323,21 @@ int bench_ccl(int argc, char** argv) {
                  : p == 1    ? "none needed (one rank)"
                  : !one_node ? "MPI (the ranks span nodes)"
                              : "MPI (MESHTEST_CCL_SHM=0)");
+      using dist::detail::NodeChain;
+      const NodeChain::Mode mode = NodeChain::mode();
+      if (const NodeChain* chain = NodeChain::find(mesh.comm())) {
+        fmt::print(
+            "# all_reduce: {} (MESHTEST_CCL_NODE_CHAIN={}; the node chain of {} nodes of {}: "
+            "shared memory within a node, MPI between)\n",
+            chain->taken(mode) ? "the node chain" : "the flat MPI path",
+            NodeChain::show_mode(static_cast<std::int64_t>(mode)), chain->nodes(),
+            chain->per_node());
+      } else if (!one_node && p > 1) {
+        fmt::print("# all_reduce: the flat MPI path ({})\n",
+                   mode == NodeChain::Mode::off
+                       ? "MESHTEST_CCL_NODE_CHAIN=0"
+                       : "no node chain: the nodes do not hold equal runs of consecutive ranks");
+      }
     }
     for (Op op : o.ops) {
       if (root) print_header(o, op, p);

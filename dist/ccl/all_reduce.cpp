@@ -4,6 +4,7 @@
 #include "dist/ccl/all_reduce.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/node_chain.hpp"
 #include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/reduce.hpp"
 #include "dist/ccl/shm.hpp"
@@ -31,12 +32,30 @@ struct Plan : perf::Plan {
 void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOptions& opt,
          std::string_view name) {
   detail::Call call(name, mesh, opt.axis, x, {{.key = "op", .text = reduce_op_name(opt.op)}});
-  call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
+  // Whether a group spanning nodes may take the node chain: agreed, as every device must
+  // take the same path.
+  const detail::NodeChain::Mode chain_mode = detail::NodeChain::mode();
+  call.agree({{"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op},
+              {"node chain (MESHTEST_CCL_NODE_CHAIN)", static_cast<std::int64_t>(chain_mode),
+               &detail::NodeChain::show_mode}});
   call.check_reduce_op(opt.op, x.dtype());
   call.perf().attr("op", reduce_op_name(opt.op)).output(out);
   const int count = call.count(x.numel(), "the tensor");
   if (count == 0) return;
   detail::ShmGroup* shm = call.shm();
+  detail::NodeChain* chain = nullptr;
+  if (shm == nullptr && chain_mode != detail::NodeChain::Mode::off && call.size() > 1) {
+    chain = detail::NodeChain::establish(call.comm());  // collective the first time
+    if (chain != nullptr && !chain->taken(chain_mode)) chain = nullptr;
+  }
+  if (chain != nullptr) {
+    call.perf().attr("path", "node chain");
+    auto exchange = [in = x.bytes(), out = out.bytes(), count, dt = x.dtype(), rop = opt.op,
+                     chain] { chain->all_reduce(in, out, count, dt, rop); };
+    exchange();
+    call.trace(out, exchange);
+    return;
+  }
   std::shared_ptr<Plan> plan;
   if (shm == nullptr) {
     plan = call.plan<Plan>([&] {

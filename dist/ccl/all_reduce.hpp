@@ -1,6 +1,6 @@
 // all_reduce: element-wise reduction over the devices of an axis.
-// Its path (shared memory when the group is on one node, else MPI, also across nodes) is
-// chosen per communicator as dist/ccl/ccl.hpp says.
+// Its path (shared memory when the group is on one node; across nodes MPI, or the node chain
+// of node_chain.hpp) is chosen per communicator as dist/ccl/ccl.hpp says.
 #pragma once
 
 #include "dist/ccl/options.hpp"
@@ -23,9 +23,12 @@ namespace meshtest::dist {
 /// reduced parts: inside the shared-memory window when the group is on one node
 /// (detail::ShmGroup, pipelined chunk by chunk), else by point-to-point messages and
 /// MPI_Allgatherv. Each device sends and receives 2(p-1)/p of x, the ring minimum, however
-/// large p is. Throws meshtest::Error, the same on every device of the group (never a hang),
-/// for: a bad axis (locally); devices disagreeing on op, dtype or shape; an unsupported op for
-/// the dtype ("reduce op X is not supported for dtype Y"); more than INT_MAX elements.
+/// large p is. A group on several nodes whose layout allows it chains the nodes instead
+/// (detail::NodeChain: same bits, 1/q of x across nodes per device). Throws
+/// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
+/// (locally); devices disagreeing on op, dtype, shape or MESHTEST_CCL_NODE_CHAIN; an
+/// unsupported op for the dtype ("reduce op X is not supported for dtype Y"); more than
+/// INT_MAX elements.
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt = {});
 
 /// In-place all_reduce: x is overwritten with the result. Same contract.

@@ -9,6 +9,11 @@
 //   - otherwise MPI: point-to-point messages and MPI collectives on packed, contiguous buffers
 //     (no derived datatypes), which Open MPI carries over its shared-memory transport within
 //     a node and over the network (TCP, ...) between nodes.
+//   - all_reduce over devices on several nodes, each node holding the same number q of
+//     consecutive axis indices (`mpirun --map-by slot`), takes the node chain
+//     (detail::NodeChain: shared memory within each node, MPI between nodes, chained in axis
+//     order) when q >= 4, or whenever MESHTEST_CCL_NODE_CHAIN=1; MESHTEST_CCL_NODE_CHAIN=0
+//     keeps it on MPI.
 // So on a 2-D mesh whose rows lie within nodes and whose columns cross them, the row axis
 // takes shared memory and the column axis MPI, each on its own. Both paths keep every
 // contract of these headers bit for bit (same reduction order, same errors, never a hang);

@@ -23,6 +23,27 @@ namespace meshtest::dist::detail {
 void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
             ReduceOp op);
 
+/// Bytes per element of reduce()'s accumulator: 4 for bf16 (f32), else dtype_size(t).
+std::size_t accumulator_size(DType t);
+
+/// Where a reduction of terms that arrive in consecutive groups stands (the node chain's
+/// all_reduce, node_chain.hpp): `carry` is the unrounded accumulator of every earlier group's
+/// terms (accumulator_size(t) bytes an element), or null for the first group; `last` says
+/// whether this group is the last, and `total` counts the terms of all groups.
+struct Stage {
+  const std::byte* carry = nullptr;
+  bool last = true;
+  std::int64_t total = 0;
+};
+
+/// reduce() over one group of terms as a stage of a longer reduction: the accumulator starts
+/// from stage.carry (then terms[0], ...) when there is one; a last stage rounds into dst as
+/// reduce() does (avg dividing by stage.total), any other stores the accumulator in dst for
+/// the next stage's carry. Stages chained over consecutive groups in axis order give reduce()'s
+/// bits over all the terms: the same additions in the same order, one rounding.
+void reduce_stage(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
+                  ReduceOp op, const Stage& stage);
+
 /// The MPI path's reduce-scatter of blocks laid end to end: block j (counts[j] elements, at
 /// byte offset offsets[j]) of every device goes straight to device j (MPI_Isend/MPI_Irecv on
 /// `comm`, one step, (p-1)/p of the input sent and received per device, the bandwidth

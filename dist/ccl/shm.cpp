@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/reduce.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/core/shape.hpp"
@@ -34,30 +35,29 @@ std::optional<bool>& enabled_override() {
   return on;
 }
 
-/// Attribute of a communicator: present once establish() ran for it; holds the group or null.
+/// Attribute of a communicator: present once establish() ran for it; holds the group or null
+/// (~ShmGroup frees the window, collectively, as the communicator is freed).
 struct Established {
   std::unique_ptr<ShmGroup> group;
 };
 
-int free_established(MPI_Comm, int, void* attr, void*) {
-  delete static_cast<Established*>(attr);  // ~ShmGroup frees the window (collective)
-  return MPI_SUCCESS;
+Established* established(MPI_Comm comm) { return CommAttribute<Established>::find(comm); }
+
+std::optional<int>& test_node_size() {
+  static std::optional<int> q;
+  return q;
 }
 
-int keyval() {
-  static const int key = [] {
-    int k = MPI_KEYVAL_INVALID;
-    MESHTEST_MPI(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_established, &k, nullptr));
-    return k;
-  }();
-  return key;
-}
-
-Established* established(MPI_Comm comm) {
-  void* attr = nullptr;
-  int found = 0;
-  MESHTEST_MPI(MPI_Comm_get_attr(comm, keyval(), &attr, &found));
-  return found != 0 ? static_cast<Established*>(attr) : nullptr;
+// MESHTEST_CCL_TEST_NODE_SIZE, or 0 when unset.
+int env_node_size() {
+  const char* v = std::getenv("MESHTEST_CCL_TEST_NODE_SIZE");
+  if (v == nullptr || *v == 0) return 0;
+  char* end = nullptr;
+  const long q = std::strtol(v, &end, 10);
+  if (*end != 0 || q < 1 || q > (1 << 20)) {
+    dist::fail("MESHTEST_CCL_TEST_NODE_SIZE is '{}'; expected a positive rank count", v);
+  }
+  return static_cast<int>(q);
 }
 
 // More ranks on this node than cores: waiting should yield the core at once.
@@ -95,11 +95,25 @@ ShmGroup* ShmGroup::find(MPI_Comm comm) {
   return e != nullptr ? e->group.get() : nullptr;
 }
 
+void ShmGroup::set_node_size_for_testing(int q) { test_node_size() = q; }
+
+MPI_Comm ShmGroup::split_node(MPI_Comm comm, int key) {
+  MPI_Comm node = MPI_COMM_NULL;
+  const int q = test_node_size().value_or(env_node_size());
+  if (q > 0) {
+    int rank = 0;
+    MESHTEST_MPI(MPI_Comm_rank(comm, &rank));
+    MESHTEST_MPI(MPI_Comm_split(comm, rank / q, key, &node));
+  } else {
+    MESHTEST_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &node));
+  }
+  return node;
+}
+
 bool ShmGroup::one_node(MPI_Comm comm) {
   int p = 0;
   MESHTEST_MPI(MPI_Comm_size(comm, &p));
-  MPI_Comm node = MPI_COMM_NULL;
-  MESHTEST_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MPI_Comm node = split_node(comm, 0);
   int local = 0;
   MESHTEST_MPI(MPI_Comm_size(node, &local));
   MESHTEST_MPI(MPI_Comm_free(&node));
@@ -116,8 +130,7 @@ void ShmGroup::establish(MPI_Comm comm) {
   if (p > 1) {
     int rank = 0;
     MESHTEST_MPI(MPI_Comm_rank(comm, &rank));
-    MPI_Comm node = MPI_COMM_NULL;  // ranks in comm's order (key = rank)
-    MESHTEST_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    MPI_Comm node = split_node(comm, rank);  // ranks in comm's order (key = rank)
     int local = 0;
     MESHTEST_MPI(MPI_Comm_size(node, &local));
     // Every device must be able and willing; all_to_all needs a 64-byte piece per device of
@@ -131,8 +144,7 @@ void ShmGroup::establish(MPI_Comm comm) {
       MESHTEST_MPI(MPI_Comm_free(&node));
     }
   }
-  MESHTEST_MPI(MPI_Comm_set_attr(comm, keyval(), e.get()));
-  e.release();  // owned by the attribute from now on
+  CommAttribute<Established>::attach(comm, std::move(e));
 }
 
 ShmGroup::ShmGroup(MPI_Comm node, bool oversubscribed) : node_(node) {
@@ -336,12 +348,16 @@ void ShmGroup::exchange_blocks(std::size_t block, const Pack& pack, const Read& 
 }
 
 void ShmGroup::reduce_slots(std::byte* dst, const std::byte* own, std::size_t s, std::size_t at,
-                            std::size_t n, DType t, ReduceOp op) {
+                            std::size_t n, DType t, ReduceOp op, const Stage* stage) {
   for (int j = 0; j < size_; ++j) {
     terms_[static_cast<std::size_t>(j)] = j == index_ ? own : slot(j, s) + at;
     if (j != index_) read_ += n * dtype_size(t);
   }
-  reduce(dst, terms_, static_cast<std::int64_t>(n), t, op);
+  if (stage != nullptr) {
+    reduce_stage(dst, terms_, static_cast<std::int64_t>(n), t, op, *stage);
+  } else {
+    reduce(dst, terms_, static_cast<std::int64_t>(n), t, op);
+  }
 }
 
 void ShmGroup::all_to_all(const BlockLayout& send, const std::byte* in, const BlockLayout& recv,
@@ -385,6 +401,74 @@ void ShmGroup::reduce_scatter(const std::byte* in, std::byte* out, std::int64_t 
       [&](std::size_t s, std::size_t off, std::size_t len, std::size_t at) {
         reduce_slots(out + off, own + off, s, at, len / e, t, op);
       });
+}
+
+void ShmGroup::reduce_parts(
+    const std::byte* in, std::int64_t n, std::int64_t per, DType t, ReduceOp op,
+    const std::function<PartStage(std::int64_t g, const Range& part)>& stage,
+    const std::function<void(std::int64_t g)>& done) {
+  const std::size_t e = dtype_size(t);
+  for (std::int64_t g = 0; g * per < n; ++g) {
+    const std::int64_t len = std::min(per, n - g * per);
+    const std::byte* chunk = in + static_cast<std::size_t>(g * per) * e;
+    step(
+        [&](std::size_t s) {
+          for (int j = 0; j < size_; ++j) {
+            const Range r = split_range(len, size_, j);
+            if (j != index_) {
+              put(s, static_cast<std::size_t>(r.start) * e,
+                  chunk + static_cast<std::size_t>(r.start) * e,
+                  static_cast<std::size_t>(r.size) * e);
+            }
+          }
+        },
+        [&](std::size_t s) {
+          const Range r = split_range(len, size_, index_);
+          const PartStage to = stage(g, r);
+          reduce_slots(to.dst, chunk + static_cast<std::size_t>(r.start) * e, s,
+                       static_cast<std::size_t>(r.start) * e, static_cast<std::size_t>(r.size), t,
+                       op, &to.stage);
+        });
+    done(g);
+  }
+}
+
+void ShmGroup::gather_parts(std::byte* out, std::int64_t n, std::int64_t per, std::size_t e,
+                            const std::function<void(std::int64_t g)>& ready) {
+  const std::int64_t chunks = (n + per - 1) / per;
+  // Chunks per step: every device's part of a chunk is at most ceil(per / p) elements.
+  const std::int64_t most = (per + size_ - 1) / size_ * static_cast<std::int64_t>(e);
+  const std::int64_t batch = std::max<std::int64_t>(1, static_cast<std::int64_t>(kChunk) / most);
+  const auto part = [&](std::int64_t g, int j) {
+    return split_range(std::min(per, n - g * per), size_, j);
+  };
+  const auto at = [&](std::int64_t g, const Range& r) {
+    return out + static_cast<std::size_t>(g * per + r.start) * e;
+  };
+  for (std::int64_t g0 = 0; g0 < chunks; g0 += batch) {
+    const std::int64_t g1 = std::min(chunks, g0 + batch);
+    for (std::int64_t g = g0; g < g1; ++g) ready(g);
+    step(
+        [&](std::size_t s) {
+          std::size_t off = 0;
+          for (std::int64_t g = g0; g < g1; ++g) {
+            const Range r = part(g, index_);
+            put(s, off, at(g, r), static_cast<std::size_t>(r.size) * e);
+            off += static_cast<std::size_t>(most);
+          }
+        },
+        [&](std::size_t s) {
+          for (int j = 0; j < size_; ++j) {
+            if (j == index_) continue;
+            std::size_t off = 0;
+            for (std::int64_t g = g0; g < g1; ++g) {
+              const Range r = part(g, j);
+              get(at(g, r), j, s, off, static_cast<std::size_t>(r.size) * e);
+              off += static_cast<std::size_t>(most);
+            }
+          }
+        });
+  }
 }
 
 }  // namespace meshtest::dist::detail

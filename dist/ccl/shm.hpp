@@ -6,11 +6,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "dist/ccl/block_layout.hpp"
 #include "dist/ccl/options.hpp"
+#include "dist/ccl/reduce.hpp"
 #include "src/core/dtype.hpp"
+#include "src/core/shape.hpp"
 
 namespace meshtest::dist::detail {
 
@@ -81,6 +84,14 @@ class ShmGroup {
   /// Open MPI's node, one host). A group that spans nodes has no shared-memory group; its
   /// CCLs take the MPI path.
   static bool one_node(MPI_Comm comm);
+  /// Collective over `comm`: the devices of comm on this device's node, ordered by `key`
+  /// (MPI_Comm_split_type MPI_COMM_TYPE_SHARED: Open MPI's node, one host). For tests and
+  /// benches on one machine, a node size q > 0 (set_node_size_for_testing, or the environment
+  /// variable MESHTEST_CCL_TEST_NODE_SIZE) makes every q consecutive ranks of comm a node
+  /// instead; then neither one_node() nor establish() sees one node, and the node chain of
+  /// node_chain.hpp runs, all through shared memory.
+  static MPI_Comm split_node(MPI_Comm comm, int key);
+  static void set_node_size_for_testing(int q);
   /// Whether this process makes groups for communicators established from now on: the
   /// environment variable MESHTEST_CCL_SHM (0 turns the path off; default on), unless
   /// set_enabled() overrode it. Devices that disagree get no group (agreed at establish).
@@ -126,6 +137,26 @@ class ShmGroup {
   /// blocks end to end.
   void reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
 
+  /// The two halves of the node chain's all_reduce (node_chain.hpp) on this node. The n
+  /// elements go in chunks of `per` (the last one shorter); chunk g is split into size() parts
+  /// by the array_split rule and device j owns part j of every chunk. `per` elements of t must
+  /// fit half a slot.
+  struct PartStage {
+    std::byte* dst = nullptr;  ///< where the part's reduction goes (see Stage::last)
+    Stage stage;
+  };
+  /// Device j reduces part j of each chunk g over the group's inputs, in axis order, as the
+  /// stage that `stage(g, part)` returns (called after every device has put chunk g into the
+  /// window: it may wait there for the carry), then calls done(g).
+  void reduce_parts(const std::byte* in, std::int64_t n, std::int64_t per, DType t, ReduceOp op,
+                    const std::function<PartStage(std::int64_t g, const Range& part)>& stage,
+                    const std::function<void(std::int64_t g)>& done);
+  /// In place: every device's part of every chunk, at its place in out, reaches every device.
+  /// ready(g) returns once this device's part of chunk g is in out; a step carries the parts of
+  /// as many chunks as fit a slot.
+  void gather_parts(std::byte* out, std::int64_t n, std::int64_t per, std::size_t e,
+                    const std::function<void(std::int64_t g)>& ready);
+
  private:
   ShmGroup(MPI_Comm node, bool oversubscribed);
   template <class Write, class Read>
@@ -137,9 +168,9 @@ class ShmGroup {
   template <class Pack, class Read>
   void exchange_blocks(std::size_t block, const Pack& pack, const Read& read);
   /// dst = the n elements at `at` of every device's slot s (this device's own term from
-  /// `own` instead), reduced in axis order.
+  /// `own` instead), reduced in axis order (as a stage of a longer reduction when given).
   void reduce_slots(std::byte* dst, const std::byte* own, std::size_t s, std::size_t at,
-                    std::size_t n, DType t, ReduceOp op);
+                    std::size_t n, DType t, ReduceOp op, const Stage* stage = nullptr);
   void wait_all(std::size_t counter, std::uint64_t target) const;
   /// Copies into this device's slot s at `at`, counted as written.
   void put(std::size_t s, std::size_t at, const std::byte* from, std::size_t len);

@@ -1,0 +1,303 @@
+// The node chain (dist/ccl/node_chain.hpp): all_reduce over a group that spans nodes, reduced
+// within each node through shared memory and chained between nodes in axis order. On one
+// machine the nodes are cut by ShmGroup::set_node_size_for_testing; across simulated hosts
+// (label multinode) they are the hosts. Expected values are plain loops over every device's
+// input in axis order, in the accumulator type (f32 for bf16, rounded once): bit for bit.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dist/ccl/ccl.hpp"
+#include "dist/ccl/node_chain.hpp"
+#include "dist/ccl/shm.hpp"
+#include "mpi_tests/support/ccl_expect_error.hpp"
+#include "src/core/random.hpp"
+#include "src/core/tensor.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using detail::NodeChain;
+using detail::ShmGroup;
+
+int world_size() {
+  int p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+
+/// Whether the ranks of comm sit on hosts in consecutive runs of equal length q >= 2, at least
+/// two hosts: the layouts the chain takes, by MPI_Get_processor_name (independent of the
+/// chain's own MPI_COMM_TYPE_SHARED test).
+bool chainable_by_host(MPI_Comm comm) {
+  int p = 0;
+  MPI_Comm_size(comm, &p);
+  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
+  int len = 0;
+  MPI_Get_processor_name(name.data(), &len);
+  std::vector<char> all(static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, comm);
+  std::vector<std::string> host;
+  for (int r = 0; r < p; ++r) host.emplace_back(all.data() + r * MPI_MAX_PROCESSOR_NAME);
+  std::vector<int> runs;  // lengths of runs of one host
+  std::vector<std::string> seen;
+  for (int r = 0; r < p; ++r) {
+    if (r > 0 && host[r] == host[r - 1]) {
+      ++runs.back();
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), host[r]) != seen.end()) return false;  // interleaved
+    seen.push_back(host[r]);
+    runs.push_back(1);
+  }
+  return runs.size() >= 2 && runs[0] >= 2 &&
+         std::all_of(runs.begin(), runs.end(), [&](int n) { return n == runs[0]; });
+}
+
+/// The node sizes to cut this machine into for the test: every q >= 2 with p / q >= 2 nodes
+/// of q (and a q that leaves a shorter last node, which has no chain). Empty when the ranks
+/// span hosts: there the hosts are the nodes.
+std::vector<int> test_node_sizes(int p) {
+  if (!ShmGroup::one_node(MPI_COMM_WORLD)) return {};
+  std::vector<int> out;
+  for (int q = 2; 2 * q <= p + 1; ++q) out.push_back(q);
+  return out;
+}
+
+/// Cuts the communicators that the meshes made in its scope establish into nodes of q.
+class FakeNodes {
+ public:
+  explicit FakeNodes(int q) { ShmGroup::set_node_size_for_testing(q); }
+  FakeNodes(const FakeNodes&) = delete;
+  FakeNodes& operator=(const FakeNodes&) = delete;
+  ~FakeNodes() { ShmGroup::set_node_size_for_testing(0); }
+};
+
+/// A line mesh whose communicator has been established (one agreed all_reduce), with nodes of
+/// q (0: the hosts).
+MeshDevice established_line(int q) {
+  FakeNodes cut(q);
+  MeshDevice mesh = MeshDevice::line();
+  Tensor one(Shape{1}, DType::i32);
+  one.fill(1);
+  EXPECT_EQ(all_reduce(mesh, one).item(0), mesh.size());
+  return mesh;
+}
+
+/// Device j's input: normal values scaled by 2^(j % 13) and then by 4^(k % 7) per element, so
+/// that reordering the additions changes the rounding; integers for the integer dtypes.
+Tensor input(std::int64_t n, DType t, int j) {
+  const RandomKey key{.seed = 11, .stream = static_cast<std::uint64_t>(j)};
+  if (!is_floating(t)) return random_integers(Shape{n}, t, key, -1000000, 1000000);
+  Tensor x = random_normal(Shape{n}, DType::f64, key);
+  auto v = x.span<double>();
+  for (std::int64_t k = 0; k < n; ++k) {
+    v[static_cast<std::size_t>(k)] *= static_cast<double>(1 << (j % 13)) * (1 << 2 * (k % 7));
+  }
+  return x.astype(t);
+}
+
+/// The reduction of every device's input in axis order, in the accumulator type A, stored T.
+template <class T, class A>
+Tensor reference_as(const std::vector<Tensor>& xs, ReduceOp op) {
+  const std::int64_t n = xs[0].numel();
+  Tensor out(xs[0].shape(), xs[0].dtype());
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto at = static_cast<std::size_t>(k);
+    A acc = static_cast<A>(xs[0].span<T>()[at]);
+    for (std::size_t j = 1; j < xs.size(); ++j) {
+      const A v = static_cast<A>(xs[j].span<T>()[at]);
+      if (op == ReduceOp::max) {
+        acc = std::max(acc, v);
+      } else if (op == ReduceOp::min) {
+        acc = std::min(acc, v);
+      } else if constexpr (std::is_integral_v<A>) {  // sums wrap
+        using U = std::make_unsigned_t<A>;
+        acc = static_cast<A>(static_cast<U>(acc) + static_cast<U>(v));
+      } else {
+        acc += v;
+      }
+    }
+    if constexpr (std::is_floating_point_v<A>) {
+      if (op == ReduceOp::avg) acc /= static_cast<A>(xs.size());
+    }
+    out.span<T>()[at] = static_cast<T>(acc);
+  }
+  return out;
+}
+
+Tensor reference(const std::vector<Tensor>& xs, ReduceOp op) {
+  switch (xs[0].dtype()) {
+    case DType::f32:
+      return reference_as<float, float>(xs, op);
+    case DType::f64:
+      return reference_as<double, double>(xs, op);
+    case DType::bf16:
+      return reference_as<bf16, float>(xs, op);
+    case DType::i32:
+      return reference_as<std::int32_t, std::int32_t>(xs, op);
+    case DType::i64:
+      return reference_as<std::int64_t, std::int64_t>(xs, op);
+    case DType::u8:
+      break;
+  }
+  ADD_FAILURE() << "no reference for u8";
+  return {};
+}
+
+/// Checks all_reduce (out of place, in place, and the flat path) of every dtype and op at
+/// sizes from one element to several chunks with a ragged tail against reference().
+void expect_axis_order_bits(const MeshDevice& mesh, int axis, const NodeChain& chain) {
+  MPI_Comm comm = mesh.comm(axis);
+  int p = 0, me = 0;
+  MPI_Comm_size(comm, &p);
+  MPI_Comm_rank(comm, &me);
+  for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64}) {
+    const std::int64_t per = chain.chunk_elements(t);
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{p + 1}, per, 2 * per + 3 * p + 1}) {
+      std::vector<Tensor> xs;
+      for (int j = 0; j < p; ++j) xs.push_back(input(n, t, j));
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+        if (op == ReduceOp::avg && !is_floating(t)) continue;
+        SCOPED_TRACE(
+            fmt::format("{} {} of {} elements on axis {}", t, reduce_op_name(op), n, axis));
+        const Tensor want = reference(xs, op);
+        const std::uint64_t before = chain.calls();
+        const Tensor got =
+            all_reduce(mesh, xs[static_cast<std::size_t>(me)], {.axis = axis, .op = op});
+        EXPECT_EQ(chain.calls(), before + 1) << "the call did not take the chain";
+        EXPECT_TRUE(got.bitwise_equal(want)) << "out of place";
+        Tensor x = xs[static_cast<std::size_t>(me)];  // a copy
+        all_reduce_inplace(mesh, x, {.axis = axis, .op = op});
+        EXPECT_TRUE(x.bitwise_equal(want)) << "in place";
+        NodeChain::set_mode(NodeChain::Mode::off);
+        const Tensor flat =
+            all_reduce(mesh, xs[static_cast<std::size_t>(me)], {.axis = axis, .op = op});
+        NodeChain::set_mode(NodeChain::Mode::on);
+        EXPECT_EQ(chain.calls(), before + 2) << "turned off, the call still took the chain";
+        EXPECT_TRUE(flat.bitwise_equal(want)) << "the flat MPI path";
+      }
+    }
+  }
+}
+
+TEST(CclNodeChain, LayoutDecidesWhetherThereIsAChain) {
+  const int p = world_size(), me = [] {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }();
+  {  // The hosts as they are.
+    const MeshDevice mesh = established_line(0);
+    const bool want = chainable_by_host(mesh.comm());
+    EXPECT_EQ(NodeChain::find(mesh.comm()) != nullptr, want)
+        << "hosts chainable: " << want << " (one host: the shared-memory ring instead)";
+    EXPECT_EQ(ShmGroup::find(mesh.comm()) != nullptr, p > 1 && ShmGroup::one_node(mesh.comm()));
+  }
+  for (int q : test_node_sizes(p)) {
+    SCOPED_TRACE(fmt::format("nodes of {} ranks", q));
+    const MeshDevice mesh = established_line(q);
+    const NodeChain* chain = NodeChain::find(mesh.comm());
+    EXPECT_EQ(ShmGroup::find(mesh.comm()), nullptr) << "the group spans (test) nodes";
+    if (p % q != 0) {  // a shorter last node: no chain, the flat path
+      EXPECT_EQ(chain, nullptr);
+      Tensor x = input(1000, DType::f32, me);
+      std::vector<Tensor> xs;
+      for (int j = 0; j < p; ++j) xs.push_back(input(1000, DType::f32, j));
+      EXPECT_TRUE(all_reduce(mesh, x).bitwise_equal(reference(xs, ReduceOp::sum)));
+      continue;
+    }
+    ASSERT_NE(chain, nullptr);
+    EXPECT_EQ(chain->nodes(), p / q);
+    EXPECT_EQ(chain->node(), me / q);
+    EXPECT_EQ(chain->per_node(), q);
+    // Automatic: the chain from kAutoPerNode devices a node on; on: always; off: never.
+    for (const auto& [mode, taken] :
+         {std::pair{NodeChain::Mode::automatic, q >= 4}, std::pair{NodeChain::Mode::on, true},
+          std::pair{NodeChain::Mode::off, false}}) {
+      NodeChain::set_mode(mode);
+      const std::uint64_t before = chain->calls();
+      Tensor x = input(1000, DType::f32, me);
+      all_reduce(mesh, x);
+      EXPECT_EQ(chain->calls(), before + (taken ? 1 : 0))
+          << "mode " << NodeChain::show_mode(static_cast<std::int64_t>(mode));
+    }
+    NodeChain::set_mode(NodeChain::Mode::on);
+  }
+}
+
+TEST(CclNodeChain, MatchesTheAxisOrderReductionBitForBit) {
+  const int p = world_size();
+  std::vector<int> sizes = test_node_sizes(p);
+  sizes.push_back(0);  // the hosts
+  bool any = false;
+  for (int q : sizes) {
+    if (q > 0 && p % q != 0) continue;
+    SCOPED_TRACE(q > 0 ? fmt::format("nodes of {} ranks", q) : std::string("the hosts"));
+    const MeshDevice mesh = established_line(q);
+    const NodeChain* chain = NodeChain::find(mesh.comm());
+    if (chain == nullptr) continue;  // the hosts as they are, when they cannot be chained
+    any = true;
+    expect_axis_order_bits(mesh, kAllAxes, *chain);
+  }
+  if (!any) GTEST_SKIP() << "no layout of " << p << " ranks has a chain (needs 2 nodes of 2)";
+}
+
+TEST(CclNodeChain, EachAxisOfATwoDimensionalMesh) {
+  const int p = world_size();
+  if (p % 4 != 0) GTEST_SKIP() << "needs a [2, p/2] mesh whose rows have at least 2 nodes";
+  const bool hosts = !ShmGroup::one_node(MPI_COMM_WORLD);
+  FakeNodes cut(hosts ? 0 : 2);
+  const MeshDevice mesh({2, p / 2});
+  bool any = false;
+  for (int axis : {0, 1}) {
+    Tensor one(Shape{1}, DType::i32);
+    one.fill(1);
+    all_reduce(mesh, one, {.axis = axis});  // establishes the axis's communicator
+    const NodeChain* chain = NodeChain::find(mesh.comm(axis));
+    const bool want = hosts ? chainable_by_host(mesh.comm(axis)) : axis == 1 && p / 2 >= 4;
+    EXPECT_EQ(chain != nullptr, want) << "axis " << axis;
+    if (chain == nullptr) continue;
+    any = true;
+    expect_axis_order_bits(mesh, axis, *chain);
+  }
+  if (!any) GTEST_SKIP() << "no axis of this layout has a chain";
+}
+
+TEST(CclNodeChain, DevicesThatDisagreeOnThePathGetTheSameError) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs two devices";
+  const int q = test_node_sizes(p).empty() ? 0 : 2;
+  const MeshDevice mesh = established_line(p % 2 == 0 ? q : 0);
+  const int me = mesh.device_id();
+  ccl_test::expect_error(
+      mesh, kAllAxes, "the chain turned off on device 0",
+      [&] {
+        NodeChain::set_mode(me != 0 ? NodeChain::Mode::on : NodeChain::Mode::off);
+        try {
+          all_reduce(mesh, input(10, DType::f32, me));
+        } catch (...) {
+          NodeChain::set_mode(NodeChain::Mode::on);
+          throw;
+        }
+        NodeChain::set_mode(NodeChain::Mode::on);
+      },
+      {"node chain (MESHTEST_CCL_NODE_CHAIN)", "device 0", "0", "1"});
+}
+
+/// The tests take the chain whenever a layout has one (MESHTEST_CCL_NODE_CHAIN=1), so that
+/// nodes of 2 and 3 devices run it too.
+struct ChainOn : ::testing::Environment {
+  void SetUp() override { NodeChain::set_mode(NodeChain::Mode::on); }
+};
+const auto* const kChainOn = ::testing::AddGlobalTestEnvironment(new ChainOn);
+
+}  // namespace
+}  // namespace meshtest::dist
