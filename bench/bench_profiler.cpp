@@ -11,6 +11,7 @@
 
 #include "bench/bench_common.hpp"
 #include "dist/ccl/ccl.hpp"
+#include "dist/ccl/ccl_log.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -34,6 +35,20 @@ double scope_ns(const Tensor& x, int n) {
   for (int i = 0; i < n; ++i) {
     perf::OpScope s("bench_op");
     s.input(x).attr("k", i).output(x);
+  }
+  return static_cast<double>(perf::now_ns() - t0) / n;
+}
+
+/// Nanoseconds per collective that the flight recorder adds: entering (ccl_log_enter), agreeing
+/// (ccl_log_agreeing) and leaving (ccl_log_exit), as every CCL call does.
+double flight_ns(const Tensor& x, int n) {
+  const std::array<dist::LogField, 2> fields{dist::LogField{.key = "op", .text = "sum"},
+                                             dist::LogField{.key = "axis", .text = "all"}};
+  const std::int64_t t0 = perf::now_ns();
+  for (int i = 0; i < n; ++i) {
+    dist::ccl_log_enter("bench_ccl", x.shape(), x.dtype(), fields);
+    dist::ccl_log_agreeing(0x1234, static_cast<std::uint64_t>(i));
+    dist::ccl_log_exit();
   }
   return static_cast<double>(perf::now_ns() - t0) / n;
 }
@@ -112,7 +127,21 @@ int profile(const Options& o) {
         worst[0] / 1000, "on", worst[1], worst[1] / 1000);
   }
 
-  // 2. Trace replay against eager.
+  // 2. The flight recorder's cost per collective (target <= 0.2 us).
+  double flight = 1e30;
+  for (int round = 0; round < 3; ++round)
+    flight = std::min(flight, flight_ns(small, o.scope_iters));
+  double worst_flight = 0;
+  MESHTEST_MPI(MPI_Allreduce(&flight, &worst_flight, 1, MPI_DOUBLE, MPI_MAX, comm));
+  if (root) {
+    fmt::print(
+        "#\n# flight recorder per collective (enter, agreeing, exit; best of 3 rounds of {}, "
+        "slowest rank)\n#{:>16} {:>12} {:>18}\n{:>17} {:>12.1f} {:>18.3f}\n",
+        o.scope_iters, "", "ns per call", "ratio to 0.2 us", "recorder", worst_flight,
+        worst_flight / 200);
+  }
+
+  // 3. Trace replay against eager.
   Tensor x0(Shape{o.rows, o.cols}, DType::f32);
   for (std::int64_t i = 0; i < x0.numel(); ++i) x0.data<float>()[i] = static_cast<float>(i % 13);
   perf::Trace trace;

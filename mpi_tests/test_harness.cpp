@@ -1,5 +1,6 @@
 // The MPI test harness in-process: verdict rule, timeouts, mesh fixtures, single-device checks
 // (the failure paths run as child jobs in test_harness_jobs.cpp).
+#include <fmt/format.h>
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -34,9 +35,11 @@ Arrival arrival(Status s, std::vector<TestPart> parts = {}) {
 }
 
 TEST(VerdictRule, FailedIfAnyRankFailedWithEveryFailure) {
-  const TestPart f1{.rank = 1, .skip = false, .file = "a.cpp", .line = 3, .message = "m1"};
-  const TestPart s2{.rank = 2, .skip = true, .file = "a.cpp", .line = 4, .message = "s2"};
-  const TestPart f3{.rank = 3, .skip = false, .file = "", .line = -1, .message = "m3"};
+  const TestPart f1{
+      .rank = 1, .skip = false, .file = "a.cpp", .line = 3, .message = "m1", .also = {}};
+  const TestPart s2{
+      .rank = 2, .skip = true, .file = "a.cpp", .line = 4, .message = "s2", .also = {}};
+  const TestPart f3{.rank = 3, .skip = false, .file = "", .line = -1, .message = "m3", .also = {}};
   const auto v = detail::agree({arrival(Status::passed), arrival(Status::failed, {f1}),
                                 arrival(Status::skipped, {s2}), arrival(Status::failed, {f3})});
   EXPECT_EQ(v.status, Status::failed);
@@ -46,9 +49,30 @@ TEST(VerdictRule, FailedIfAnyRankFailedWithEveryFailure) {
   EXPECT_EQ(v.summary, "failed on ranks 1, 3 of 4 (reported by rank 0)");
 }
 
+TEST(VerdictRule, TheSameErrorOnSeveralRanksIsReportedOnce) {
+  // A CCL's agreed error: the same text but for the "[rank r] " that dist errors start with.
+  const auto part = [](int r, const std::string& m) {
+    return TestPart{.rank = r, .skip = false, .file = "", .line = -1, .message = m, .also = {}};
+  };
+  const auto err = [](int r) { return fmt::format("uncaught: [rank {}] all_reduce: desync", r); };
+  const auto v = detail::agree({arrival(Status::failed, {part(0, err(0))}),
+                                arrival(Status::failed, {part(1, err(1))}),
+                                arrival(Status::failed, {part(2, "another failure")}),
+                                arrival(Status::failed, {part(3, err(3))})});
+  ASSERT_EQ(v.parts.size(), 2u);
+  EXPECT_EQ(v.parts[0].message, err(0));
+  EXPECT_EQ(v.parts[0].also, "1, 3");
+  EXPECT_EQ(v.parts[1].also, "");
+  EXPECT_EQ(detail::format_part(v.parts[0], 4),
+            "[rank 0/4] unknown file: Failure (the same on ranks 1, 3)\n" + err(0) + "\n");
+  EXPECT_EQ(v.summary, "failed on ranks 0, 1, 2, 3 of 4 (reported by rank 0)");
+}
+
 TEST(VerdictRule, SkippedIfAnyRankSkippedAndNoneFailed) {
-  const TestPart s1{.rank = 1, .skip = true, .file = "a.cpp", .line = 9, .message = "why"};
-  const TestPart s2{.rank = 2, .skip = true, .file = "a.cpp", .line = 9, .message = "why2"};
+  const TestPart s1{
+      .rank = 1, .skip = true, .file = "a.cpp", .line = 9, .message = "why", .also = {}};
+  const TestPart s2{
+      .rank = 2, .skip = true, .file = "a.cpp", .line = 9, .message = "why2", .also = {}};
   const auto v = detail::agree(
       {arrival(Status::passed), arrival(Status::skipped, {s1}), arrival(Status::skipped, {s2})});
   EXPECT_EQ(v.status, Status::skipped);
@@ -72,12 +96,18 @@ TEST(VerdictRule, FinishFailsIfAnyRankReturnedNonZero) {
 }
 
 TEST(VerdictRule, PartFormatNamesRankFileAndLine) {
-  EXPECT_EQ(detail::format_part(
-                {.rank = 1, .skip = false, .file = "x.cpp", .line = 7, .message = "Expected 1"}, 4),
+  EXPECT_EQ(detail::format_part({.rank = 1,
+                                 .skip = false,
+                                 .file = "x.cpp",
+                                 .line = 7,
+                                 .message = "Expected 1",
+                                 .also = {}},
+                                4),
             "[rank 1/4] x.cpp:7: Failure\nExpected 1\n");
-  EXPECT_EQ(detail::format_part(
-                {.rank = 0, .skip = true, .file = "", .line = -1, .message = "no gpu\n"}, 2),
-            "[rank 0/2] unknown file: Skipped\nno gpu\n");
+  EXPECT_EQ(
+      detail::format_part(
+          {.rank = 0, .skip = true, .file = "", .line = -1, .message = "no gpu\n", .also = {}}, 2),
+      "[rank 0/2] unknown file: Skipped\nno gpu\n");
 }
 
 TEST(Timeouts, EnvSecondsParsesAndRejects) {

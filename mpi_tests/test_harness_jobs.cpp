@@ -15,6 +15,7 @@
 
 #include "dist/testing/harness.hpp"
 #include "mpi_tests/harness_cases/spawn.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest::dist::testing {
 namespace {
@@ -24,24 +25,15 @@ namespace fs = std::filesystem;
 /// The failure-path program: env MESHTEST_HARNESS_CASE, else the path CMake gave, else
 /// harness_cases/harness_case next to this binary.
 std::string case_binary() {
-  if (const char* p = std::getenv("MESHTEST_HARNESS_CASE"); p != nullptr && *p != '\0') {
-    return p;
-  }
 #ifdef MESHTEST_HARNESS_CASE
-  return MESHTEST_HARNESS_CASE;
+  const char* built = MESHTEST_HARNESS_CASE;
 #else
-  return (fs::read_symlink("/proc/self/exe").parent_path() / "harness_cases" / "harness_case")
-      .string();
+  const char* built = nullptr;
 #endif
+  return harness_cases::case_program("MESHTEST_HARNESS_CASE", built, "harness_case");
 }
 
-std::string mpiexec() {
-#ifdef MESHTEST_MPIEXEC
-  return MESHTEST_MPIEXEC;
-#else
-  return "mpirun";
-#endif
-}
+using harness_cases::mpiexec;
 
 /// "harness_case.cpp:<line>" of the line holding "MARK:<tag>" in harness_case.cpp.
 std::string mark(const std::string& tag) {
@@ -84,8 +76,8 @@ Job run_case(int np, const std::string& filter, const std::vector<std::string>& 
              const std::vector<std::string>& args = {},
              std::chrono::seconds timeout = std::chrono::seconds(90)) {
   Job job;
-  std::string tmpl = (fs::temp_directory_path() / "meshtest-harness-XXXXXX").string();
-  job.dir = ::mkdtemp(tmpl.data()) != nullptr ? fs::path(tmpl) : fs::temp_directory_path();
+  std::string tmpl = (test_support::run_temp_dir() / "harness-XXXXXX").string();
+  job.dir = ::mkdtemp(tmpl.data()) != nullptr ? fs::path(tmpl) : test_support::run_temp_dir();
   std::vector<std::string> argv = {mpiexec(),         "-np",         std::to_string(np),
                                    "--oversubscribe", case_binary(), "--gtest_filter=" + filter,
                                    "--gtest_color=no"};  // mpirun gives ranks a pty
@@ -160,7 +152,7 @@ TEST_F(ChildJob, PassingRunPrintsOnlyRank0OutputAndWritesRankLogs) {
 
 TEST_F(ChildJob, ExpectFailureOnRank2IsReportedOnceAndTheRunGoesOn) {
   LAUNCHER_ONLY();
-  const std::string xml = (fs::temp_directory_path() / "meshtest-harness-expect.xml").string();
+  const std::string xml = (test_support::run_temp_dir() / "expect.xml").string();
   const Job& j = run(false, 4, "MeshTest.FailExpectOnRank2:MeshTest.PassTwice", {},
                      {"--gtest_output=xml:" + xml});
   EXPECT_LT(j.r.seconds, 20) << j.out();
@@ -328,7 +320,7 @@ TEST_F(ChildJob, SkipOnAllRanksIsOneSkip) {
 
 TEST_F(ChildJob, SkipOnOneRankSkipsTheTestEverywhere) {
   LAUNCHER_ONLY();
-  const std::string xml = (fs::temp_directory_path() / "meshtest-harness-skip.xml").string();
+  const std::string xml = (test_support::run_temp_dir() / "skip.xml").string();
   const Job& j = run(true, 4, "Skip.OneRank", {}, {"--gtest_output=xml:" + xml});
   EXPECT_EQ(count(j.out(), "rank 2 lacks a feature"), 1) << j.out();
   HAS(j.out(), "[rank 2/4] ");

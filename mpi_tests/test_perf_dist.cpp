@@ -21,6 +21,7 @@
 #include "src/perf/profiler.hpp"
 #include "src/perf/report.hpp"
 #include "tests/support/chrome_trace_check.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest::dist {
 namespace {
@@ -107,8 +108,8 @@ TEST(PerfAggregate, SlowDeviceForComputeMeanForCcl) {
   }
 
   // The same figures come back from the report files.
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("meshtest_mpi_test_perf_" + std::to_string(::getpid()));  // rank 0's pid
+  const test_support::TempDir tmp("perf_dist");  // rank 0's
+  const auto root = tmp.path();
   const perf::ReportFiles f =
       perf::write_report(all, {.name = "slow", .root = root, .plot = false});
   const perf::Aggregate back = perf::aggregate(perf::read_ops_csv(f.csv).records);

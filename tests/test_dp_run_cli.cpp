@@ -13,6 +13,7 @@
 #include "src/dp/noise.hpp"
 #include "tests/support/dp_reference.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest::dp {
 namespace {
@@ -29,10 +30,7 @@ class RunDpsgd : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(run_binary())) << run_binary() << " missing: build meshtest-run first";
-    dir_ = fs::temp_directory_path() / fmt::format("meshtest_dpsgd_cli_{}", getpid());
-    fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Writes model weights (PyTorch names), inputs and targets; returns the model.
   Sequential write_inputs(const std::string& spec, const Shape& xs, LossKind loss, DType dt) {
@@ -60,7 +58,8 @@ class RunDpsgd : public ::testing::Test {
         (dir_ / (tag + "_g.safetensors")).string(), extra);
   }
 
-  fs::path dir_;
+  test_support::TempDir tmp_{"dpsgd_cli"};
+  fs::path dir_ = tmp_.path();
   Tensor x_, y_;
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "src/core/npy.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
 namespace {
@@ -34,14 +35,8 @@ std::string v1_file(const std::string& header, const std::string& data) {
 
 class NpyFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("meshtest_npy_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  test_support::TempDir tmp_{"npy"};
+  fs::path dir_ = tmp_.path();
 };
 
 TEST(Npy, RoundTripEveryDtypeRankAndEmpty) {

@@ -23,6 +23,7 @@
 #include "tests/support/chrome_trace_check.hpp"
 #include "tests/support/expect_error.hpp"
 #include "tests/support/perf_records.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest::perf {
 namespace {
@@ -141,9 +142,8 @@ TEST(PerfReport, RecordCodecRoundTrips) {
 }
 
 TEST(PerfReport, WritesEveryFileIntoReportsName) {
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("meshtest_test_perf_report_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const test_support::TempDir tmp("perf_report");
+  const auto root = tmp.path();
   const auto recs = sample_run();
   const ReportFiles f = write_report(recs, {.name = "unit", .root = root});
   EXPECT_EQ(f.csv, root / "unit" / "ops_perf_unit.csv");

@@ -11,6 +11,7 @@
 #include "src/perf/report.hpp"
 #include "tests/support/perf_records.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest::perf {
 namespace {
@@ -46,11 +47,6 @@ std::vector<OpRecord> module_ops() {
 
 class ReportCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("meshtest_report_cli_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::vector<OpRecord>& recs) {
     return write_text(name, ops_csv(recs));
   }
@@ -67,7 +63,8 @@ class ReportCli : public ::testing::Test {
     EXPECT_EQ(r.status, 1) << r.out;
     for (const std::string& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << r.out;
   }
-  fs::path dir_;
+  test_support::TempDir tmp_{"report_cli"};
+  fs::path dir_ = tmp_.path();
 };
 
 TEST_F(ReportCli, HelpAndUsage) {

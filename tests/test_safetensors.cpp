@@ -7,6 +7,7 @@
 
 #include "src/core/safetensors.hpp"
 #include "tests/support/expect_error.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
 namespace {
@@ -33,14 +34,6 @@ std::string st_file(const std::string& header, const std::string& data) {
 
 class Safetensors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("meshtest_st_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path put(const std::string& name, const std::string& bytes) const {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << bytes;
@@ -56,7 +49,8 @@ class Safetensors : public ::testing::Test {
     expect_error([&] { SafetensorsFile::open(p); }, {p.string(), what});
   }
 
-  fs::path dir_;
+  test_support::TempDir tmp_{"safetensors"};
+  fs::path dir_ = tmp_.path();
 };
 
 TEST_F(Safetensors, RoundTripEveryDtypeAndMetadata) {

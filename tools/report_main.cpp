@@ -12,6 +12,7 @@
 
 #include "src/core/error.hpp"
 #include "src/perf/compare.hpp"
+#include "src/perf/flight.hpp"
 #include "src/perf/measurements.hpp"
 #include "src/perf/ops_csv.hpp"
 #include "src/perf/plot.hpp"
@@ -149,6 +150,18 @@ int cmd_plot_ccl(const std::vector<std::string>& args) {
   return kOk;
 }
 
+int cmd_flight(const std::vector<std::string>& args) {
+  po::options_description o("options");
+  o.add_options()("ranks", po::value<int>()->default_value(0),
+                  "ranks in the job (0: as the dumps say); ranks without a dump are named");
+  const Parsed p = parse("flight", "DIR", args, {"dir"}, o);
+  if (p.help) return kOk;
+  const int ranks = p.vm["ranks"].as<int>();
+  MESHTEST_CHECK(ranks >= 0, "flight: --ranks must be >= 0, got {}", ranks);
+  fmt::print("{}", flight_summary(read_flight_dir(p.vm["dir"].as<std::string>()), ranks));
+  return kOk;
+}
+
 struct Command {
   std::function<int(const std::vector<std::string>&)> run;
   const char* summary;
@@ -164,6 +177,10 @@ const std::map<std::string, Command>& commands() {
        {cmd_shapes,
         "SINGLE.csv MULTI.csv: the single-device run's shapes equal device 0's, op by op"}},
       {"summary", {cmd_summary, "REPORT.csv: the aggregated per-op table and totals"}},
+      {"flight",
+       {cmd_flight,
+        "DIR: the flight recorder's dumps (reports/flight/rank<r>.json): the first collective "
+        "where the ranks differ or stopped, and each rank's last one"}},
       {"plot-ops", {cmd_plot_ops, "REPORT.csv OUT.png: per-op duration bars (gnuplot)"}},
       {"plot-ccl",
        {cmd_plot_ccl,
@@ -175,7 +192,8 @@ const std::map<std::string, Command>& commands() {
 
 void usage() {
   fmt::print(
-      "meshtest-report: compare, summarize and plot ops_perf reports\n\n"
+      "meshtest-report: compare, summarize and plot ops_perf reports; read flight recorder "
+      "dumps\n\n"
       "usage: meshtest-report <command> [options] ARGS   (meshtest-report <command> --help)\n\n"
       "commands:\n");
   for (const auto& [name, c] : commands()) fmt::print("  {:<9} {}\n", name, c.summary);
@@ -191,10 +209,11 @@ int main_impl(int argc, char** argv) {
     return args.empty() ? kBadInput : kOk;
   }
   const auto it = commands().find(args[0]);
-  MESHTEST_CHECK(it != commands().end(),
-                 "unknown command '{}' (expected compare, shapes, summary, plot-ops or plot-ccl; "
-                 "see meshtest-report --help)",
-                 args[0]);
+  MESHTEST_CHECK(
+      it != commands().end(),
+      "unknown command '{}' (expected compare, shapes, summary, flight, plot-ops or plot-ccl; "
+      "see meshtest-report --help)",
+      args[0]);
   args.erase(args.begin());
   return it->second.run(args);
 }

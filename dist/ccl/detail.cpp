@@ -1,12 +1,16 @@
 // The common work of every collective: checks, metadata agreement, MPI datatype and op maps.
 #include "dist/ccl/detail.hpp"
 
+#include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/shm.hpp"
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <climits>
+#include <map>
 
 namespace meshtest::dist {
 
@@ -74,6 +78,18 @@ Bf16Registry& bf16_registry() {
   return r;
 }
 
+/// The count of the calls that agreed on `comm` (every device of the group counts the same,
+/// as every device calls the same collectives in the same order).
+struct GroupCalls {
+  std::uint64_t n = 0;
+};
+
+std::uint64_t& group_calls(MPI_Comm comm) {
+  GroupCalls* c = CommAttribute<GroupCalls>::find(comm);
+  if (c == nullptr) c = CommAttribute<GroupCalls>::attach(comm, std::make_unique<GroupCalls>());
+  return c->n;
+}
+
 std::string show(const AgreedOption& o, std::int64_t v) {
   return o.show != nullptr ? o.show(v) : std::to_string(v);
 }
@@ -135,23 +151,36 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
   perf::Signature sig(op_);
   sig.add("axis", axis_).add("p", size_);
   for (const AgreedOption& o : options) sig.add(o.name, o.value);
-  if (a.tensors) sig.add("x", x_.shape(), x_.dtype());
-  if (a.tensors && size_ == 1) {
-    uniform_ = !error_;  // no other device to agree with
-  } else if (a.tensors) {
-    const std::uint64_t h = sig.hash();
+  std::uint64_t recorded = 0;  // the flight recorder's: without the free dim's size
+  if (a.tensors) {
+    Shape s = x_.shape();
+    if (a.free_dim >= 0 && a.free_dim < s.rank()) {
+      s[a.free_dim] = 0;
+      recorded = perf::Signature(sig).add("x", s, x_.dtype()).hash();
+    }
+    sig.add("x", x_.shape(), x_.dtype());
+  }
+  if (recorded == 0) recorded = sig.hash();
+  seq_ = ++group_calls(comm_);
+  ccl_log_agreeing(recorded, seq_);
+  bool same = !error_;
+  if (size_ > 1) {
+    // The call's count on this communicator goes into the hash: a device that skipped or
+    // added a collective disagrees here even when the calls look alike.
+    const std::uint64_t h = sig.hash() ^ (seq_ * 0x9E3779B97F4A7C15ULL);
     if (ShmGroup* g = ShmGroup::find(comm_)) {
-      uniform_ = g->agree(h, error_.has_value());  // one shared-memory step
+      same = g->agree(h, error_.has_value());  // one shared-memory step
     } else {
       std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
                                     error_ ? 1 : 0};
       MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
       // max(h) == ~max(~h) == min(h): every hash is equal.
-      uniform_ = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
+      same = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
       // The group agrees, so every device is here: make the shared-memory path (once).
-      if (uniform_) ShmGroup::establish(comm_);
+      if (same && a.tensors) ShmGroup::establish(comm_);
     }
   }
+  uniform_ = same && a.tensors;
   if (uniform_) {
     Meta m;
     m.rank = x_.rank();
@@ -183,11 +212,14 @@ void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreeme
   mine.dtype = static_cast<std::int32_t>(x_.dtype());
   mine.device = mesh_.device_id();
   mine.error = error_ ? 1 : 0;
+  op_.copy(mine.op.data(), std::min(op_.size(), mine.op.size() - 1));
+  mine.seq = seq_;
   std::size_t k = 0;
   for (const AgreedOption& o : options) mine.options.at(k++) = o.value;
   group_.assign(static_cast<std::size_t>(size_), Meta{});
   MESHTEST_MPI(
       MPI_Allgather(&mine, sizeof(Meta), MPI_BYTE, group_.data(), sizeof(Meta), MPI_BYTE, comm_));
+  check_same_collective();
 
   // 1. Errors a device found in its own input: everyone reports the first such device's.
   const auto bad = std::ranges::count_if(group_, [](const Meta& m) { return m.error != 0; });
@@ -240,6 +272,39 @@ void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreeme
           a.free_dim >= 0 ? fmt::format(" except along dim {}", a.free_dim) : "", a.note);
     }
   }
+}
+
+void Call::check_same_collective() const {
+  // Devices by the collective they called: op and count on this communicator.
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<int>> by;
+  for (int i = 0; i < size_; ++i) {
+    const Meta& m = group_[static_cast<std::size_t>(i)];
+    by[{std::string(m.op.data()), m.seq}].push_back(i);
+  }
+  if (by.size() == 1) return;
+  // The largest set of devices (on a tie, the one with axis index 0) is taken as what the
+  // group did; the first device outside it is named.
+  auto major = by.begin();
+  for (auto it = by.begin(); it != by.end(); ++it) {
+    if (it->second.size() > major->second.size() ||
+        (it->second.size() == major->second.size() && it->second.front() == 0)) {
+      major = it;
+    }
+  }
+  const auto other = std::ranges::find_if(by, [&](const auto& e) { return &e != &*major; });
+  std::vector<int> devices;
+  for (int i : major->second) devices.push_back(group_[static_cast<std::size_t>(i)].device);
+  const auto dumped = flight_dump("desync", "");
+  const auto& [op, seq] = other->first;
+  const auto& [major_op, major_seq] = major->first;
+  // Not Call::fail, which names this device's op: the message is the same on every device.
+  dist::fail(
+      "collective desync on axis {} of mesh {}: {} called {} as collective #{} of this group, "
+      "but device{} {} called {} #{}; every device of the group must call the same collectives "
+      "in the same order{}",
+      axis_name(axis_), mesh_.str(), who(other->second.front()), op, seq,
+      devices.size() > 1 ? "s" : "", fmt::join(devices, ", "), major_op, major_seq,
+      dumped ? fmt::format(" (flight recorder: {})", dumped->parent_path().string()) : "");
 }
 
 int Call::count(std::int64_t n, std::string_view what) const {

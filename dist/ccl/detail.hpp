@@ -55,8 +55,10 @@ struct Meta {
   std::array<std::int64_t, kMaxOptions> options{};
   std::int32_t dtype = 0;
   std::int32_t rank = 0;
-  std::int32_t device = 0;  ///< device id in the mesh
-  std::int32_t error = 0;   ///< 1: the device found its own input invalid
+  std::int32_t device = 0;    ///< device id in the mesh
+  std::int32_t error = 0;     ///< 1: the device found its own input invalid
+  std::array<char, 24> op{};  ///< the collective's name (truncated)
+  std::uint64_t seq = 0;      ///< the call's count on the group's communicator
 
   Shape shape() const { return Shape(std::span(dims.data(), static_cast<std::size_t>(rank))); }
   DType dtype_value() const { return static_cast<DType>(dtype); }
@@ -66,12 +68,16 @@ struct Meta {
 /// cannot reach its group) and opens the CclLogScope. Local checks (dim(), local_error())
 /// are only recorded; agree() then makes sure the whole group agrees, so every device throws
 /// the same meshtest::Error (naming the offending device) instead of some devices hanging in
-/// the data exchange. The agreement is cheap in the common case: one MPI_Allreduce (max) of
-/// the call signature's hash, its complement and the local error flag tells every device
-/// whether all signatures (op, axis, options, dtype, shape) are equal and no device found an
-/// error; only when they are not does it gather every device's Meta (MPI_Allgather) and
-/// validate the group in full, which gives the detailed error (or, e.g. for uneven
-/// all_gather pieces, the per-device sizes). Once the group's communicator has its
+/// the data exchange. Every collective starts with the same exchange, whatever its kind: one
+/// MPI_Allreduce (max) of the call signature's hash, its complement and the local error flag
+/// tells every device whether all signatures (op, axis, options, dtype, shape, and the call's
+/// count on the group's communicator) are equal and no device found an error; only when they
+/// are not does it gather every device's Meta (MPI_Allgather) and validate the group in full,
+/// which gives the detailed error (or, e.g. for uneven all_gather pieces, the per-device
+/// sizes). So a desync (a device calling another collective, or skipping one) is an error in
+/// the collective where it happens, never a hang: "desync: device 2 called all_gather as
+/// collective #5 of this group, but devices 0, 1, 3 called all_reduce #5", and each device of
+/// the group dumps its flight recorder (ccl_log.hpp). Once the group's communicator has its
 /// shared-memory group (made after the first agreement; shm.hpp), the hash exchange is one
 /// shared-memory step instead of the MPI_Allreduce.
 class Call {
@@ -146,6 +152,7 @@ class Call {
  private:
   void record(std::string message);
   void full_agree(std::initializer_list<AgreedOption> options, const Agreement& a);
+  void check_same_collective() const;
   int device_of(int index) const;
   [[noreturn]] void fail_message(const std::string& message) const;
 
@@ -162,6 +169,7 @@ class Call {
   std::optional<std::string> error_;
   std::vector<Meta> group_;
   bool uniform_ = false;
+  std::uint64_t seq_ = 0;  // this call's count on comm_
   perf::Signature plan_key_{""};
 };
 

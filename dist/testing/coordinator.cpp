@@ -1,6 +1,7 @@
 // Rank 0's coordinator: verdict agreement, deadline, lagging-rank detection and the abort report.
 #include <fmt/format.h>
 
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -65,6 +66,11 @@ class Coordinator {
       const Exited e = decode_exited(m.bytes);
       end_job(fmt::format("rank {} exited with status {} in {}", m.source, e.code, e.activity),
               e.code != 0 ? e.code : 1);
+    } else if (m.tag == kFailed) {
+      if (!failed_at_) {
+        failed_at_ = Clock::now();
+        failed_rank_ = m.source;
+      }
     } else if (m.tag == kArrive) {
       on_arrival(m.source, decode_arrival(m.bytes));
     }
@@ -158,27 +164,30 @@ class Coordinator {
     }
   }
 
-  /// Asks `ranks` for a snapshot (rank 0 answers in-process); answers land in latest_.
-  void query(const std::vector<int>& ranks) {
+  /// Asks `ranks` for a snapshot (rank 0 answers in-process); answers land in latest_. With a
+  /// `dump` reason, each rank also dumps its flight recorder (snapshot_with_flight).
+  void query(const std::vector<int>& ranks, const std::string& dump = {}) {
     ++query_id_;
     last_query_ = Clock::now();
     for (int r : ranks) {
       if (r == 0) {
-        latest_[0] = snapshot(query_id_);
+        latest_[0] = dump.empty() ? snapshot(query_id_) : snapshot_with_flight(query_id_, dump);
       } else {
-        send(c_.from_root, r, kQuery, std::to_string(query_id_));
+        send(c_.from_root, r, kQuery, encode_query(query_id_, dump));
       }
     }
   }
 
-  /// Prints one report with fresh snapshots of the missing ranks and aborts the job.
+  /// Prints one report with fresh snapshots of every rank (their flight recorders dumped) and
+  /// the flight recorder's summary, and aborts the job.
   [[noreturn]] void end_job(const std::string& reason, int code) {
     disarm_exit_hook();  // MPI_Abort may exit this process through exit()
-    const std::vector<int> lagging = missing();
-    query(lagging);
+    std::vector<int> all(static_cast<std::size_t>(c_.size));
+    std::iota(all.begin(), all.end(), 0);
+    query(all, reason);
     const auto until = Clock::now() + kSnapshotWait;
     Backoff backoff;
-    while (Clock::now() < until && !answered(lagging)) {
+    while (Clock::now() < until && !answered(all)) {
       if (auto m = try_receive(c_.to_root, MPI_ANY_SOURCE, kSnapshot)) {
         Snapshot s = decode_snapshot(m->bytes);
         if (s.query == query_id_) {
@@ -193,7 +202,7 @@ class Coordinator {
                              .size = c_.size,
                              .arrivals = arrivals_,
                              .snapshots = latest_};
-    write_original_stderr(format_report(report));
+    write_original_stderr(format_report(report) + flight_summary_of(latest_, c_.size));
     std::this_thread::sleep_for(kForwardDelay);  // let mpirun forward the report first
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();  // not reached

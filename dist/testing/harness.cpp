@@ -6,8 +6,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <optional>
 
+#include "dist/ccl/ccl_log.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/testing/control.hpp"
@@ -28,6 +30,7 @@ void configure() {
   c.size = world_size();
   c.default_timeout = detail::env_seconds("MESHTEST_TEST_TIMEOUT", c.default_timeout);
   c.failure_grace = detail::env_seconds("MESHTEST_FAILURE_GRACE", c.failure_grace);
+  set_flight_dir(std::filesystem::path(detail::reports_dir()) / "flight", detail::activity);
   for (MPI_Comm* comm : {&c.to_root, &c.from_root}) {
     MESHTEST_MPI(MPI_Comm_dup(MPI_COMM_WORLD, comm));
     MESHTEST_MPI(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
+#include "dist/ccl/ccl_log.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/testing/control.hpp"
 #include "dist/testing/verdict.hpp"
@@ -82,6 +84,9 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
  public:
   void OnTestStart(const TestInfo& t) override {
     begin_test(full_name(t));
+    first_seq_ = ccl_log_last().seq + 1;
+    told_ = false;
+    name_ = full_name(t);
     if (c_.rank != 0) {
       std::printf("[meshtest] RUN %s\n", full_name(t).c_str());
     }
@@ -92,6 +97,10 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
       return;
     }
     record_part(to_part(r));
+    if (r.failed() && !told_) {  // tell the coordinator now: this rank may not arrive soon
+      told_ = true;
+      send(c_.to_root, 0, kFailed, name_);
+    }
   }
 
   void OnTestEnd(const TestInfo& t) override {
@@ -108,6 +117,7 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
         a.parts.push_back(to_part(r));
       }
     }
+    if (a.status == Status::failed) a.flight = flight_if_a_collective_failed(a.name);
     const Status local = a.status;
     const Verdict v = exchange(a);
     injecting_ = true;
@@ -142,8 +152,22 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
         inject(TestPartResult::kSkip, file, p.line, message);
       }
     }
+    text += v.flight;
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
+  }
+
+  /// When a collective of this test failed or did not finish (the test threw out of it): the
+  /// flight recorder, written to reports/flight/rank<r>.json and returned as JSON for rank 0's
+  /// summary. Empty otherwise (a failed EXPECT on results is not a collective's failure).
+  std::string flight_if_a_collective_failed(const std::string& name) const {
+    const perf::FlightDump d = ccl_flight("a collective failed in test " + name, "test " + name);
+    const bool failed = std::ranges::any_of(d.entries, [&](const perf::FlightEntry& e) {
+      return e.seq >= first_seq_ && e.state != perf::FlightState::done;
+    });
+    if (!failed) return {};
+    flight_dump(d.reason, d.activity);
+    return perf::flight_json(d);
   }
 
   TestPart to_part(const TestPartResult& r) const {
@@ -156,12 +180,16 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
                     .skip = r.skipped(),
                     .file = r.file_name() != nullptr ? r.file_name() : "",
                     .line = r.line_number(),
-                    .message = std::move(message)};
+                    .message = std::move(message),
+                    .also = {}};
   }
 
   const Config& c_ = config();
   std::int64_t tests_ = 0;
   bool injecting_ = false;
+  std::uint64_t first_seq_ = 1;  // the first collective of the running test
+  bool told_ = false;            // the coordinator knows of this test's failure here
+  std::string name_;             // the running test (gtest's lock is held in OnTestPartResult)
 };
 
 }  // namespace

@@ -24,7 +24,7 @@ class Writer {
   Writer& parts(const std::vector<TestPart>& ps) {
     i64(static_cast<std::int64_t>(ps.size()));
     for (const TestPart& p : ps) {
-      i64(p.rank).i64(p.skip).str(p.file).i64(p.line).str(p.message);
+      i64(p.rank).i64(p.skip).str(p.file).i64(p.line).str(p.message).str(p.also);
     }
     return *this;
   }
@@ -61,6 +61,7 @@ class Reader {
       p.file = str();
       p.line = i32();
       p.message = str();
+      p.also = str();
     }
     return ps;
   }
@@ -89,6 +90,7 @@ std::string encode(const Arrival& a) {
       .i64(static_cast<int>(a.status))
       .i64(a.exit_code)
       .parts(a.parts)
+      .str(a.flight)
       .take();
 }
 
@@ -101,12 +103,13 @@ Arrival decode_arrival(std::string_view bytes) {
   a.status = static_cast<Status>(r.i32());
   a.exit_code = r.i32();
   a.parts = r.parts();
+  a.flight = r.str();
   return a;
 }
 
 std::string encode(const Verdict& v) {
   Writer w;
-  w.i64(static_cast<int>(v.status)).str(v.summary).parts(v.parts).i64(v.exit_code);
+  w.i64(static_cast<int>(v.status)).str(v.summary).parts(v.parts).i64(v.exit_code).str(v.flight);
   w.i64(static_cast<std::int64_t>(v.skipped.size()));
   for (int r : v.skipped) {
     w.i64(r);
@@ -121,6 +124,7 @@ Verdict decode_verdict(std::string_view bytes) {
   v.summary = r.str();
   v.parts = r.parts();
   v.exit_code = r.i32();
+  v.flight = r.str();
   v.skipped.resize(static_cast<std::size_t>(r.count()));
   for (int& s : v.skipped) {
     s = r.i32();
@@ -138,6 +142,7 @@ std::string encode(const Snapshot& s) {
       .str(s.last.detail)
       .i64(s.last.completed)
       .parts(s.parts)
+      .str(s.flight)
       .take();
 }
 
@@ -152,7 +157,18 @@ Snapshot decode_snapshot(std::string_view bytes) {
   s.last.detail = r.str();
   s.last.completed = r.i64() != 0;
   s.parts = r.parts();
+  s.flight = r.str();
   return s;
+}
+
+std::string encode_query(std::uint64_t id, std::string_view dump) {
+  return Writer().i64(static_cast<std::int64_t>(id)).str(dump).take();
+}
+
+std::pair<std::uint64_t, std::string> decode_query(std::string_view bytes) {
+  Reader r(bytes);
+  const auto id = static_cast<std::uint64_t>(r.i64());
+  return {id, r.str()};
 }
 
 std::string encode(const Exited& e) { return Writer().i64(e.code).str(e.activity).take(); }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dist/testing/state.hpp"
@@ -16,7 +17,10 @@ namespace meshtest::dist::testing::detail {
 /// Message tags. On Config::to_root: kArrive, kExited, kSnapshot (received by rank 0's
 /// coordinator thread only). On Config::from_root: kVerdict (received by main threads) and
 /// kQuery (received by the watchdog threads of ranks 1..N-1).
-enum Tag : int { kArrive = 1, kExited = 2, kSnapshot = 3, kQuery = 4, kVerdict = 5 };
+/// kFailed (to_root, the test's name): the first failure of a rank in a test, sent at once,
+/// before the rank's fixture tears down (a teardown that frees communicators can block while
+/// the other ranks wait in a collective, and then the rank never arrives).
+enum Tag : int { kArrive = 1, kExited = 2, kSnapshot = 3, kQuery = 4, kVerdict = 5, kFailed = 6 };
 
 /// A rank's main thread reached the end of a test (or of RUN_ALL_TESTS, `finish`).
 struct Arrival {
@@ -26,6 +30,7 @@ struct Arrival {
   Status status = Status::passed;
   int exit_code = 0;
   std::vector<TestPart> parts;  ///< this rank's failures and skips in the test
+  std::string flight;  ///< the flight recorder's dump (JSON) when a collective failed in the test
 };
 
 /// What every rank applies to its gtest result: the agreed status of the test.
@@ -35,6 +40,7 @@ struct Verdict {
   std::vector<TestPart> parts;  ///< the parts rank 0 reports (failures, or the first skip)
   std::vector<int> skipped;     ///< ranks that skipped
   int exit_code = 0;            ///< for a finish: the job's exit code
+  std::string flight;           ///< the flight recorder's summary, when a collective failed
 };
 
 /// A rank is exiting (exit(code) before the harness finished).
@@ -52,6 +58,11 @@ Arrival decode_arrival(std::string_view bytes);
 Verdict decode_verdict(std::string_view bytes);
 Snapshot decode_snapshot(std::string_view bytes);
 Exited decode_exited(std::string_view bytes);
+
+/// A snapshot query: its id, and the reason when the coordinator asks every rank to dump its
+/// flight recorder (empty: a plain snapshot).
+std::string encode_query(std::uint64_t id, std::string_view dump);
+std::pair<std::uint64_t, std::string> decode_query(std::string_view bytes);
 
 /// A received message.
 struct Message {

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "dist/testing/output.hpp"
 #include "dist/testing/verdict.hpp"
+#include "src/perf/flight.hpp"
 
 namespace meshtest::dist::testing::detail {
 
@@ -55,6 +57,23 @@ std::string format_report(const AbortReport& report) {
   }
   out += "[meshtest] ==== calling MPI_Abort ====\n";
   return out;
+}
+
+std::string flight_summary_of(const std::vector<std::optional<Snapshot>>& snapshots, int size) {
+  std::vector<perf::FlightDump> dumps;
+  try {
+    for (const auto& s : snapshots) {
+      if (s && !s->flight.empty()) dumps.push_back(perf::parse_flight_json(s->flight, "flight"));
+    }
+    if (dumps.empty()) return {};
+    return perf::flight_summary(dumps, size) +
+           fmt::format(
+               "[meshtest]   (dumps: {}/flight/rank<r>.json on each rank's host; "
+               "meshtest-report flight DIR prints this summary again)\n",
+               reports_dir());
+  } catch (const std::exception& e) {
+    return fmt::format("[meshtest] flight recorder: {}\n", e.what());
+  }
 }
 
 }  // namespace meshtest::dist::testing::detail

@@ -22,4 +22,8 @@ struct AbortReport {
 /// arrive at the end of the test and, for each, its activity and last collective.
 std::string format_report(const AbortReport& report);
 
+/// The flight recorder's summary (perf::flight_summary) over the dumps in `snapshots`; empty
+/// when none holds one.
+std::string flight_summary_of(const std::vector<std::optional<Snapshot>>& snapshots, int size);
+
 }  // namespace meshtest::dist::testing::detail

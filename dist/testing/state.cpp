@@ -109,6 +109,14 @@ Snapshot snapshot(std::uint64_t query) {
   return snap;
 }
 
+Snapshot snapshot_with_flight(std::uint64_t query, const std::string& reason) {
+  Snapshot snap = snapshot(query);
+  const perf::FlightDump d = ccl_flight(reason, snap.activity);
+  flight_dump(d.reason, d.activity);
+  snap.flight = perf::flight_json(d);
+  return snap;
+}
+
 Millis env_seconds(const char* name, Millis fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') {

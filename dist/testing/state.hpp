@@ -26,6 +26,7 @@ struct TestPart {
   std::string file;   ///< "" when gtest does not know it (e.g. an exception)
   int line = -1;
   std::string message;
+  std::string also;  ///< other ranks that failed with the same message: "1, 2, 3" (verdicts only)
 };
 
 /// What a rank is doing, as its control thread reports it to rank 0's coordinator.
@@ -35,6 +36,7 @@ struct Snapshot {
   std::string activity;         ///< "test Suite.Name", "between tests (after Suite.Name)", ...
   CollectiveEntry last;         ///< ccl_log_last() of the rank
   std::vector<TestPart> parts;  ///< failures recorded so far in the running test
+  std::string flight;           ///< the flight recorder's dump (JSON) when the query asked for it
 };
 
 /// Set once by run_all_tests before the control thread starts; read-only afterwards.
@@ -65,6 +67,9 @@ Clock::time_point deadline();
 Millis current_timeout();
 /// "test Suite.Name", "between tests (after Suite.Name)", "before the first test", ...
 std::string activity();
+/// snapshot(query) with this rank's flight recorder dumped to reports/flight/rank<r>.json
+/// and kept in Snapshot::flight, for `reason`.
+Snapshot snapshot_with_flight(std::uint64_t query, const std::string& reason);
 /// This rank's activity, last collective and failures so far.
 Snapshot snapshot(std::uint64_t query);
 

@@ -4,7 +4,49 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <regex>
+
+#include "src/perf/flight.hpp"
+
 namespace meshtest::dist::testing::detail {
+
+namespace {
+
+/// A failure's message with the "[rank r] " that dist errors start with made rank-free: the
+/// same error thrown on every device of a group (a CCL's agreed error) is reported once.
+std::string rank_free(const std::string& message) {
+  static const std::regex rank(R"(\[rank [0-9]+\] )");
+  return std::regex_replace(message, rank, "[rank *] ");
+}
+
+/// Appends p to parts, or names its rank in `also` of an earlier part with the same place and
+/// rank-free message.
+void add_part(std::vector<TestPart>& parts, const TestPart& p) {
+  for (TestPart& q : parts) {
+    if (q.file == p.file && q.line == p.line && rank_free(q.message) == rank_free(p.message)) {
+      q.also += fmt::format("{}{}", q.also.empty() ? "" : ", ", p.rank);
+      return;
+    }
+  }
+  parts.push_back(p);
+}
+
+/// The flight recorder's summary over the dumps the ranks sent (a rank sends one when a
+/// collective failed in the test); empty when none did.
+std::string flight_of(const std::vector<Arrival>& arrivals) {
+  std::vector<perf::FlightDump> dumps;
+  try {
+    for (const Arrival& a : arrivals) {
+      if (!a.flight.empty()) dumps.push_back(perf::parse_flight_json(a.flight, "flight dump"));
+    }
+    return dumps.empty() ? std::string()
+                         : perf::flight_summary(dumps, static_cast<int>(arrivals.size()));
+  } catch (const std::exception& e) {
+    return fmt::format("[meshtest] flight recorder: {}\n", e.what());
+  }
+}
+
+}  // namespace
 
 Verdict agree(const std::vector<Arrival>& arrivals) {
   Verdict v;
@@ -25,10 +67,11 @@ Verdict agree(const std::vector<Arrival>& arrivals) {
     for (int r : failed) {
       for (const TestPart& p : arrivals[static_cast<std::size_t>(r)].parts) {
         if (!p.skip) {
-          v.parts.push_back(p);
+          add_part(v.parts, p);
         }
       }
     }
+    v.flight = flight_of(arrivals);
   } else if (!v.skipped.empty()) {
     v.status = Status::skipped;
     const int first = v.skipped.front();
@@ -70,8 +113,9 @@ std::string format_part(const TestPart& p, int size) {
   const std::string where = p.file.empty() ? std::string("unknown file")
                             : p.line >= 0  ? fmt::format("{}:{}", p.file, p.line)
                                            : p.file;
-  std::string text = fmt::format("[rank {}/{}] {}: {}\n{}", p.rank, size, where,
-                                 p.skip ? "Skipped" : "Failure", p.message);
+  std::string text =
+      fmt::format("[rank {}/{}] {}: {}{}\n{}", p.rank, size, where, p.skip ? "Skipped" : "Failure",
+                  p.also.empty() ? "" : fmt::format(" (the same on ranks {})", p.also), p.message);
   if (text.back() != '\n') {
     text += '\n';
   }

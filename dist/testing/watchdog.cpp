@@ -22,7 +22,9 @@ void run_watchdog() {
   const Config& c = config();
   while (!g_stop.load()) {
     if (auto query = try_receive(c.from_root, 0, kQuery)) {
-      send(c.to_root, 0, kSnapshot, encode(snapshot(std::stoull(query->bytes))));
+      const auto [id, dump] = decode_query(query->bytes);
+      send(c.to_root, 0, kSnapshot,
+           encode(dump.empty() ? snapshot(id) : snapshot_with_flight(id, dump)));
       continue;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,24 @@
 extern char** environ;
 
 namespace meshtest::harness_cases {
+
+/// A child program: $`env` when set, else `built` (the path CMake compiled in, may be null),
+/// else harness_cases/`name` next to this binary.
+inline std::string case_program(const char* env, const char* built, const std::string& name) {
+  if (const char* p = std::getenv(env); p != nullptr && *p != '\0') return p;
+  if (built != nullptr) return built;
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "harness_cases" / name)
+      .string();
+}
+
+/// The mpirun that CMake found (MESHTEST_MPIEXEC), else "mpirun" from PATH.
+inline std::string mpiexec() {
+#ifdef MESHTEST_MPIEXEC
+  return MESHTEST_MPIEXEC;
+#else
+  return "mpirun";
+#endif
+}
 
 /// How a child ended and what it printed.
 struct ChildResult {

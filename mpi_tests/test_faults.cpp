@@ -1,0 +1,223 @@
+// Every fault a user can meet ends the job promptly and names its cause. Each case of
+// harness_cases/fault_case.cpp runs as a child job (mpirun -np 4, a 20 s deadline) in which
+// rank 2 misbehaves; this test checks how the job ended: a non-zero exit within the deadline
+// + 10 s (a desync within 2 s of the last rank reaching the collective), one message that
+// names rank 2, the test and, where one is involved, the collective with its sequence number
+// and signature, and no process of the job left behind.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/testing/harness.hpp"
+#include "mpi_tests/harness_cases/spawn.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace meshtest::dist::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr int kRanks = 4;
+constexpr int kDeadline = 20;  // seconds, MESHTEST_TEST_TIMEOUT of the child job
+
+std::string fault_binary() {
+#ifdef MESHTEST_FAULT_CASE
+  const char* built = MESHTEST_FAULT_CASE;
+#else
+  const char* built = nullptr;
+#endif
+  return harness_cases::case_program("MESHTEST_FAULT_CASE", built, "fault_case");
+}
+
+enum class Kind {
+  failure,   ///< rank 2 fails or dies: the job ends well within the deadline
+  deadline,  ///< rank 2 stalls: the deadline ends the job
+  desync,    ///< the collective reports it at once, on every rank
+};
+
+struct Case {
+  const char* name;  ///< MeshTest.<name> in fault_case.cpp
+  Kind kind;
+  std::vector<const char*> says;  ///< what the job's output must hold, beyond rank and test
+};
+
+std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.name; }
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {"Throw", Kind::failure, {"rank 2 throws", "all_reduce #3 f32[4]"}},
+      {"Assert", Kind::failure, {"rank 2 fails an ASSERT", "all_reduce #3 f32[4]"}},
+      {"Exit", Kind::failure, {"rank 2 exited with status 3"}},
+      {"SigKill", Kind::failure, {"rank 2", "signal 9"}},
+      {"Segv", Kind::failure, {"rank 2", "SIGSEGV"}},
+      {"SleepPastDeadline", Kind::deadline, {"exceeded its deadline", "all_reduce #3 f32[4]"}},
+      {"OtherCcl",
+       Kind::desync,
+       {"collective desync on axis all of mesh",
+        "device 2 (axis index 2) called all_gather as collective #3",
+        "devices 0, 1, 3 called all_reduce #3"}},
+      {"OtherDtype", Kind::desync, {"mixed dtypes", "device 2 (axis index 2) passes f64"}},
+      {"OtherShape", Kind::desync, {"shapes disagree", "device 2 (axis index 2) passes f32[5]"}},
+      {"AllToAllVCounts", Kind::desync, {"all_to_all_v", "device 2"}},
+      // A skipped collective that looks like the next one cannot be told from it: the ranks
+      // pair rank 2's #3 with the others' #3 and so on, until the others wait in #5, which
+      // rank 2 never enters; the deadline ends the job and the flight recorder names it.
+      {"SkipOne",
+       Kind::deadline,
+       {"exceeded its deadline", "the ranks first differ at collective #5",
+        "rank 2: never entered it (last: #4)"}},
+      {"RawRecv", Kind::deadline, {"exceeded its deadline", "all_reduce #3 f32[4]"}},
+      {"KilledFromOutside", Kind::failure, {"rank 2", "signal 9"}},
+  };
+  return all;
+}
+
+/// Milliseconds since the epoch.
+long long now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+/// The processes whose environment holds `marker` ("NAME=value").
+std::vector<pid_t> processes_with(const std::string& marker) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "environ", std::ios::binary);
+    for (std::string entry; std::getline(in, entry, '\0');) {
+      if (entry == marker) {
+        out.push_back(static_cast<pid_t>(std::stol(name)));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+class Faults : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Faults, EndPromptlyNamingTheCause) {
+  MESHTEST_TIMEOUT(kDeadline + 90);
+  if (world_rank() != 0) return;  // rank 0 launches; the others wait for the verdict
+  const Case& c = GetParam();
+  ASSERT_TRUE(fs::exists(fault_binary())) << fault_binary() << " is not built";
+  const test_support::TempDir dir(std::string("fault_") + c.name);
+  const std::string marker = fmt::format("MESHTEST_FAULT_JOB={}-{}", ::getpid(), c.name);
+  const fs::path pid_file = dir.path() / "rank2.pid";
+  const std::vector<std::string> argv = {
+      harness_cases::mpiexec(), "-np",          std::to_string(kRanks),
+      "--oversubscribe",        fault_binary(), std::string("--gtest_filter=MeshTest.") + c.name,
+      "--gtest_color=no"};
+  const std::vector<std::string> env = harness_cases::child_environment(
+      {"MESHTEST_REPORTS_DIR=" + (dir.path() / "reports").string(),
+       "MESHTEST_TEST_TIMEOUT=" + std::to_string(kDeadline),
+       "MESHTEST_FAULT_PID_FILE=" + pid_file.string(), marker, "OMPI_ALLOW_RUN_AS_ROOT=1",
+       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"});
+
+  // (l): kill -9 rank 2 from outside once it has written its pid.
+  std::atomic<bool> done{false};
+  std::thread killer([&] {
+    if (std::string(c.name) != "KilledFromOutside") return;
+    while (!done.load() && !fs::exists(pid_file)) std::this_thread::sleep_for(20ms);
+    if (done.load()) return;
+    ::kill(static_cast<pid_t>(std::stol(slurp(pid_file))), SIGKILL);
+  });
+  const harness_cases::ChildResult r = harness_cases::run_child(
+      argv, env, std::chrono::seconds(kDeadline + 60), (dir.path() / "output.txt").string());
+  const long long ended = now_ms();
+  done.store(true);
+  killer.join();
+
+  std::string logs;  // every rank's log: the "[fault] ... reaches" lines
+  for (int rank = 0; rank < kRanks; ++rank) {
+    logs += slurp(dir.path() / "reports" / "logs" / fmt::format("rank{}.log", rank));
+  }
+  const std::string& out = r.output;
+  const std::string all = out + logs;
+  SCOPED_TRACE("the job's output:\n" + out);
+
+  EXPECT_FALSE(r.timed_out) << "the job hung";
+  EXPECT_NE(r.exit_code, 0) << "the job exited 0";
+  EXPECT_LE(r.seconds, kDeadline + 10) << "the job took " << r.seconds << " s";
+  // The last rank to reach the collective, from the ranks' logs.
+  long long reached = 0;
+  int arrivals = 0;
+  const std::regex reach(R"(\[fault\] rank [0-9]+ reaches the collective at ([0-9]+))");
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), reach); it != std::sregex_iterator();
+       ++it) {
+    reached = std::max(reached, std::stoll((*it)[1]));
+    ++arrivals;
+  }
+  EXPECT_EQ(arrivals, kRanks) << "not every rank reached the faulty step:\n" << all;
+  const double after = static_cast<double>(ended - reached) / 1000;
+  RecordProperty("seconds", fmt::format("{:.1f}", r.seconds));
+  RecordProperty("seconds_after_last_arrival", fmt::format("{:.1f}", after));
+  std::printf("[fault] %s: exit %d after %.1f s (%.1f s after the last rank reached the step)\n",
+              c.name, r.exit_code, r.seconds, after);
+  if (c.kind == Kind::desync) {
+    EXPECT_LE(after, 2.0) << "a desync must end the job within 2 s of the last arrival";
+  }
+
+  // One message, naming rank 2 and the test.
+  EXPECT_NE(out.find(std::string("MeshTest.") + c.name), std::string::npos);
+  EXPECT_NE(out.find("rank 2"), std::string::npos);
+  EXPECT_LE(count(out, "==== ending the job"), 1);
+  for (const char* s : c.says) EXPECT_NE(all.find(s), std::string::npos) << "no '" << s << "'";
+  if (c.kind == Kind::desync) {
+    EXPECT_EQ(count(out, ": Failure"), 1) << "the same error on every device is reported once";
+    EXPECT_NE(out.find("the same on ranks"), std::string::npos);
+    // Every device dumped its flight recorder, and rank 0 summarized them.
+    for (int rank = 0; rank < kRanks; ++rank) {
+      EXPECT_TRUE(fs::exists(dir.path() / "reports" / "flight" / fmt::format("rank{}.json", rank)))
+          << "no flight dump of rank " << rank;
+    }
+    EXPECT_NE(out.find("the ranks first differ at collective #3"), std::string::npos);
+  }
+  if (c.kind == Kind::deadline) {
+    EXPECT_NE(out.find("flight recorder"), std::string::npos);
+  }
+
+  // Nothing of the job is left running.
+  std::vector<pid_t> left = processes_with(marker);
+  for (int i = 0; i < 50 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(100ms);
+    left = processes_with(marker);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " processes of the job are still running";
+  for (pid_t p : left) ::kill(p, SIGKILL);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rank2, Faults, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace meshtest::dist::testing
