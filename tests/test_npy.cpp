@@ -171,6 +171,17 @@ TEST(Npy, BadInputGivesClearErrors) {
   expect_bad(v1_file(dict("<f4", "False", "(1, 1, 1, 1, 1, 1, 6)"), ok_data), "rank 7");
 }
 
+TEST(Npy, AbsurdShapesAreErrorsBeforeAnyAllocation) {
+  // 2^62 one-byte elements with no data: the size check fails, nothing is allocated.
+  expect_bad(v1_file(dict("|u1", "False", "(4611686018427387904,)"), ""),
+             "needs 4611686018427387904 bytes, the file has 0");
+  // A 0 dim makes the byte size 0, but the other dims' product still overflows int64.
+  expect_bad(v1_file(dict("<f4", "False", "(0, 4611686018427387904, 4)"), ""), "overflows int64");
+  // A v2.0 header length of 4 GiB - 1 in a 14-byte file.
+  expect_bad(std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff{}", 14),
+             "header length 4294967295 needs 4294967307 bytes, the file has 14");
+}
+
 TEST_F(NpyFiles, WriteReadFilesAtomically) {
   const fs::path p = dir_ / "x.npy";
   const Tensor a = patterned(Shape{4, 5}, DType::f64);

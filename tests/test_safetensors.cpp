@@ -187,6 +187,41 @@ TEST_F(Safetensors, BadFilesGiveClearErrors) {
   expect_bad(R"({"__metadata__": {"a": 1}})", "", "__metadata__");
 }
 
+TEST_F(Safetensors, AbsurdHeadersAreErrorsBeforeAnyAllocation) {
+  const auto entry = [](const std::string& body) { return R"({"t": {)" + body + "}}"; };
+  // 2^62 elements: the data offsets cannot hold them.
+  expect_bad(entry(R"("dtype": "U8", "shape": [4611686018427387904], "data_offsets": [0, 8])"),
+             std::string(8, '\0'), "hold 8 bytes, but shape [4611686018427387904] of u8 needs");
+  // A 0 dim makes the byte size 0, but the other dims' product still overflows int64.
+  expect_bad(
+      entry(R"("dtype": "F32", "shape": [0, 4611686018427387904, 4], "data_offsets": [0, 0])"), "",
+      "overflows int64");
+  // JSON nested deeper than kMaxJsonDepth (each level would recurse when copied or printed):
+  // the header object and 63 arrays in it are the most.
+  const auto nested = [](int arrays) {
+    return R"({"t": )" + std::string(arrays, '[') + std::string(arrays, ']') + "}";
+  };
+  expect_bad(nested(2000), "", "nests arrays and objects more than 64 deep");
+  expect_bad(nested(64), "", "more than 64 deep");
+  expect_bad(nested(63), "", "entry is not a JSON object");
+}
+
+TEST_F(Safetensors, FromBytesParsesLikeOpen) {
+  const fs::path p = dir_ / "m.safetensors";
+  write_safetensors(p, {{"w", patterned(Shape{2, 3}, DType::bf16)}}, {{"format", "pt"}});
+  const std::string bytes = slurp(p);
+  const SafetensorsFile f = SafetensorsFile::from_bytes(
+      std::as_bytes(std::span(bytes.data(), bytes.size())), "in-memory");
+  EXPECT_EQ(f.path(), "in-memory");
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_TRUE(f.read("w").bitwise_equal(SafetensorsFile::open(p).read("w")));
+  const std::string cut = bytes.substr(0, bytes.size() - 1);
+  expect_error(
+      [&] { SafetensorsFile::from_bytes(std::as_bytes(std::span(cut.data(), cut.size())), "cut"); },
+      {"'cut'", "out of range"});
+  expect_error([] { SafetensorsFile::from_bytes({}, "nothing"); }, {"'nothing'", "too short"});
+}
+
 TEST_F(Safetensors, TruncatedFileIsRejected) {
   const fs::path p = dir_ / "t.safetensors";
   write_safetensors(p, {{"w", patterned(Shape{4, 4}, DType::f32)}});

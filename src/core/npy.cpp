@@ -220,6 +220,12 @@ Tensor read_npy_bytes(std::span<const std::byte> bytes, std::string_view name) {
                    "{}: .npy shape ({}) is invalid (negative dim or byte size overflows int64)",
                    name, fmt::join(h.shape, ", "));
   }
+  Shape shape;
+  try {
+    shape = Shape(h.shape);  // also checks the products of the dims other than 0
+  } catch (const Error& e) {
+    fail("{}: .npy shape ({}) is invalid: {}", name, fmt::join(h.shape, ", "), e.what());
+  }
   const std::size_t data = size - prefix - hlen;
   MESHTEST_CHECK(data >= static_cast<std::uint64_t>(nbytes),
                  "{}: truncated .npy data: shape ({}) of '{}' needs {} bytes, the file has {}",
@@ -228,7 +234,7 @@ Tensor read_npy_bytes(std::span<const std::byte> bytes, std::string_view name) {
                  "{}: .npy data is {} bytes but shape ({}) of '{}' needs {} (element count "
                  "does not match the shape)",
                  name, data, fmt::join(h.shape, ", "), h.descr, nbytes);
-  return Tensor::from_bytes(Shape(h.shape), known->dtype, bytes.subspan(prefix + hlen));
+  return Tensor::from_bytes(shape, known->dtype, bytes.subspan(prefix + hlen));
 }
 
 Tensor read_npy(const std::filesystem::path& path) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/core/file.hpp"
+#include "src/core/json.hpp"
 
 namespace meshtest {
 namespace {
@@ -75,7 +76,11 @@ TensorInfo parse_entry(const std::string& file, const std::string& name, const j
     }
     dims.push_back(d.get<std::int64_t>());
   }
-  info.shape = Shape(dims);
+  try {
+    info.shape = Shape(dims);
+  } catch (const Error& e) {
+    bad(e.what());  // a product of the dims overflows (possible when one dim is 0)
+  }
 
   const json& off = v.at("data_offsets");
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
@@ -97,6 +102,12 @@ TensorInfo parse_entry(const std::string& file, const std::string& name, const j
   return info;
 }
 
+// Throws unless a file of `size` bytes can hold the 8-byte header length.
+void check_length(const std::string& file, std::uint64_t size) {
+  MESHTEST_CHECK(size >= 8, "'{}': {} bytes is too short for a .safetensors file (needs >= 8)",
+                 file, size);
+}
+
 }  // namespace
 
 std::string_view safetensors_dtype_name(DType t) {
@@ -115,8 +126,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   MESHTEST_CHECK(::fstat(fd, &st) == 0, "cannot stat '{}': {}", file, std::strerror(errno));
   MESHTEST_CHECK(S_ISREG(st.st_mode), "'{}' is not a regular file", file);
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  MESHTEST_CHECK(size >= 8, "'{}': {} bytes is too short for a .safetensors file (needs >= 8)",
-                 file, size);
+  check_length(file, size);
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   MESHTEST_CHECK(m != MAP_FAILED, "cannot map '{}': {}", file, std::strerror(errno));
 
@@ -125,20 +135,37 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   f.map_ = std::shared_ptr<const std::byte>(
       static_cast<const std::byte*>(m),
       [size](const std::byte* p) { ::munmap(const_cast<std::byte*>(p), size); });
+  f.parse_header(size);
+  return f;
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes,
+                                            const std::string& name) {
+  check_length(name, bytes.size());
+  const auto buf = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+  SafetensorsFile f;
+  f.path_ = name;
+  f.map_ = std::shared_ptr<const std::byte>(buf, buf->data());  // shares ownership of buf
+  f.parse_header(bytes.size());
+  return f;
+}
+
+void SafetensorsFile::parse_header(std::uint64_t size) {
+  const std::string file = path_.string();
   std::uint64_t n = 0;
-  std::memcpy(&n, f.map_.get(), 8);
+  std::memcpy(&n, map_.get(), 8);
   MESHTEST_CHECK(n <= size - 8,
                  "'{}': header length {} runs past the end of the file ({} bytes, so at most {})",
                  file, n, size, size - 8);
-  const auto* text = reinterpret_cast<const char*>(f.map_.get()) + 8;
+  const auto* text = reinterpret_cast<const char*>(map_.get()) + 8;
   json header;
   try {
-    header = json::parse(text, text + n);
+    header = json::parse(text, text + n, json_depth_limit("'" + file + "'"));
   } catch (const json::exception& e) {
     fail("'{}': the {}-byte header is not valid JSON: {}", file, n, e.what());
   }
   MESHTEST_CHECK(header.is_object(), "'{}': the header is not a JSON object", file);
-  f.data_ = f.map_.get() + 8 + n;
+  data_ = map_.get() + 8 + n;
   const std::uint64_t data_size = size - 8 - n;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
@@ -146,13 +173,12 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       for (const auto& [k, v] : value.items()) {
         MESHTEST_CHECK(v.is_string(), "'{}': __metadata__ value of '{}' is not a string: {}", file,
                        k, v.dump());
-        f.metadata_[k] = v.get<std::string>();
+        metadata_[k] = v.get<std::string>();
       }
       continue;
     }
-    f.tensors_.emplace(key, parse_entry(file, key, value, data_size));
+    tensors_.emplace(key, parse_entry(file, key, value, data_size));
   }
-  return f;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +36,9 @@ class SafetensorsFile {
  public:
   /// Maps `path` and parses its header; throws Error naming the file and what was wrong.
   static SafetensorsFile open(const std::filesystem::path& path);
+  /// Parses a .safetensors image held in memory (copied, validated as open does); `name`
+  /// stands for the path in messages and in path().
+  static SafetensorsFile from_bytes(std::span<const std::byte> bytes, const std::string& name);
 
   /// The path it was opened from.
   const std::filesystem::path& path() const { return path_; }
@@ -53,6 +57,8 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  /// Parses the header of map_ (`size` bytes, at least 8) and fills the tables.
+  void parse_header(std::uint64_t size);
 
   std::filesystem::path path_;
   std::shared_ptr<const std::byte> map_;  // the whole file; unmapped with the last copy
