@@ -128,5 +128,17 @@ TEST(PerfCsv, BadInputsAreClearErrors) {
   expect_error([] { read_ops_csv("/nonexistent/ops.csv"); }, {"cannot read '/nonexistent"});
 }
 
+TEST(PerfCsv, TimesThatOverflowInt64AreErrors) {
+  // Start and end times are sums of the durations and latencies before them.
+  const std::string good = ops_csv(profiled_run(1, sample_ops(), 1));
+  const std::string row = "linear,compute,5,0,bias=false,100,";
+  std::string s = good;
+  const auto at = s.find(row);
+  ASSERT_NE(at, std::string::npos) << s;
+  s.replace(at, row.size(), "linear,compute,5,0,bias=false,9223372036854775807,");
+  expect_error([&] { parse_ops_csv(s, "o.csv"); },
+               {"o.csv: line 6: device 0's durations and latencies", "sum past the int64 range"});
+}
+
 }  // namespace
 }  // namespace meshtest::perf

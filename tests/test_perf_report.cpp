@@ -180,5 +180,34 @@ TEST(PerfReport, CclBenchJsonForms) {
   expect_error([] { parse_ccl_bench_json("{oops\n", "j.json"); }, {"j.json", "not JSON"});
 }
 
+TEST(PerfReport, CclBenchJsonLimits) {
+  const std::string row =
+      R"({"op":"all_reduce","bytes":BYTES,"dtype":"f32","np":NP,"time_us":30.5,"algbw":2.1,)"
+      R"("busbw":2.1,"wrong":0,"mpi_time_us":31,"mpi_busbw":2.0,"ratio":0.98})";
+  const auto with = [&](const std::string& bytes, const std::string& np) {
+    std::string r = row;
+    r.replace(r.find("BYTES"), 5, bytes);
+    return r.replace(r.find("NP"), 2, np);
+  };
+  EXPECT_EQ(parse_ccl_bench_json(with("2048.0", "4"), "f.json")[0].bytes, 2048);
+  // Integer fields must be whole numbers that fit: a cast of 1e300 to int64 is undefined.
+  expect_error([&] { parse_ccl_bench_json(with("1e300", "2"), "b.json"); },
+               {"b.json: row 0",
+                "'bytes' must be an integer in [-9223372036854775808, "
+                "9223372036854775807], got 1e+300"});
+  expect_error([&] { parse_ccl_bench_json(with("64", "1e10"), "n.json"); },
+               {"'np' must be an integer in [-2147483648, 2147483647]"});
+  expect_error([&] { parse_ccl_bench_json(with("64", "2.5"), "h.json"); },
+               {"'np' must be an integer", "2.5"});
+  // A number beyond double is nlohmann's out_of_range, not a parse_error: still an Error.
+  expect_error([&] { parse_ccl_bench_json(with("1e+3000", "2"), "o.json"); },
+               {"o.json", "not JSON", "line 1", "number overflow parsing '1e+3000'"});
+  // Nesting deeper than kMaxJsonDepth, as a document and as JSON lines.
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  expect_error([&] { parse_ccl_bench_json(deep, "d.json"); }, {"d.json", "more than 64 deep"});
+  expect_error([&] { parse_ccl_bench_json(with("64", "2") + "\n" + deep + "\n", "l.json"); },
+               {"l.json", "more than 64 deep"});
+}
+
 }  // namespace
 }  // namespace meshtest::perf

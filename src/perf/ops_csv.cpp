@@ -200,7 +200,9 @@ OpsReport parse_ops_csv(std::string_view text, std::string source) {
   OpsReport rep{.source = source, .records = {}, .lines = {}};
   std::map<int, std::int64_t> clock;  // per device: end of its previous op
   for (std::size_t k = 1; k < rows.size(); ++k) {
-    const auto& [line, cells] = rows[k];
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const std::size_t line = rows[k].first;
+    const std::vector<std::string>& cells = rows[k].second;
     MESHTEST_CHECK(cells.size() == header.size(), "{}: line {}: {} cells, the header has {}",
                    source, line, cells.size(), header.size());
     const auto cell = [&](std::string_view name) -> const std::string& {
@@ -250,9 +252,14 @@ OpsReport parse_ops_csv(std::string_view text, std::string source) {
         (g == 0 ? r.inputs : r.outputs).push_back(std::move(t));
       }
     }
+    // Start and end times are sums of the durations and latencies before them: they must fit.
     std::int64_t& prev_end = clock[r.device_id];
-    r.start_ns = prev_end + latency;
-    r.end_ns = r.op_type == OpType::signpost ? r.start_ns : r.start_ns + kernel;
+    MESHTEST_CHECK(!__builtin_add_overflow(prev_end, latency, &r.start_ns) &&
+                       !__builtin_add_overflow(
+                           r.start_ns, r.op_type == OpType::signpost ? 0 : kernel, &r.end_ns),
+                   "{}: line {}: device {}'s durations and latencies up to this row sum past the "
+                   "int64 range of nanoseconds",
+                   source, line, r.device_id);
     if (r.op_type != OpType::signpost) prev_end = r.end_ns;
     rep.records.push_back(std::move(r));
     rep.lines.push_back(line);

@@ -8,14 +8,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
 #include "src/core/error.hpp"
+#include "src/core/json.hpp"
 
 extern char** environ;
 
@@ -90,6 +93,17 @@ double number_field(const nlohmann::json& j, const char* key, std::string_view w
   return j[key].get<double>();
 }
 
+// Integer fields are read as numbers (1024.0 is accepted) that must be whole and fit in Int.
+template <class Int>
+Int integer_field(const nlohmann::json& j, const char* key, std::string_view where) {
+  const double v = number_field(j, key, where);
+  const auto lo = static_cast<double>(std::numeric_limits<Int>::min());  // -2^(bits - 1)
+  MESHTEST_CHECK(v == std::floor(v) && v >= lo && v < -lo,
+                 "{}: field '{}' must be an integer in [{}, {}], got {}", where, key,
+                 std::numeric_limits<Int>::min(), std::numeric_limits<Int>::max(), j[key].dump());
+  return static_cast<Int>(v);
+}
+
 std::string string_field(const nlohmann::json& j, const char* key, std::string_view where) {
   MESHTEST_CHECK(j.contains(key) && j[key].is_string(), "{}: field '{}' missing or not a string",
                  where, key);
@@ -144,14 +158,14 @@ void plot_op_durations(const Aggregate& a, const fs::path& png, std::string_view
 std::vector<CclBenchRow> parse_ccl_bench_json(std::string_view text, std::string_view source) {
   nlohmann::json rows = nlohmann::json::array();
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
+    const nlohmann::json j = nlohmann::json::parse(text, json_depth_limit(std::string(source)));
     if (j.is_array())
       rows = j;
     else if (j.is_object() && j.contains("rows"))
       rows = j["rows"];
     else
       rows.push_back(j);
-  } catch (const nlohmann::json::parse_error&) {
+  } catch (const nlohmann::json::exception&) {  // parse_error, out_of_range (1e400)
     // JSON lines: one object per non-empty line.
     std::stringstream in{std::string(text)};
     int line_no = 0;
@@ -159,8 +173,8 @@ std::vector<CclBenchRow> parse_ccl_bench_json(std::string_view text, std::string
       ++line_no;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       try {
-        rows.push_back(nlohmann::json::parse(line));
-      } catch (const nlohmann::json::parse_error& e) {
+        rows.push_back(nlohmann::json::parse(line, json_depth_limit(std::string(source))));
+      } catch (const nlohmann::json::exception& e) {
         fail("{}: not JSON (neither a document nor JSON lines): line {}: {}", source, line_no,
              e.what());
       }
@@ -173,17 +187,17 @@ std::vector<CclBenchRow> parse_ccl_bench_json(std::string_view text, std::string
     const std::string where = fmt::format("{}: row {}", source, k);
     MESHTEST_CHECK(r.is_object(), "{}: expected an object, got {}", where, r.type_name());
     out.push_back({.op = string_field(r, "op", where),
-                   .bytes = static_cast<std::int64_t>(number_field(r, "bytes", where)),
+                   .bytes = integer_field<std::int64_t>(r, "bytes", where),
                    .dtype = string_field(r, "dtype", where),
-                   .np = static_cast<int>(number_field(r, "np", where)),
+                   .np = integer_field<int>(r, "np", where),
                    .time_us = number_field(r, "time_us", where),
                    .algbw = number_field(r, "algbw", where),
                    .busbw = number_field(r, "busbw", where),
-                   .wrong = static_cast<std::int64_t>(number_field(r, "wrong", where)),
+                   .wrong = integer_field<std::int64_t>(r, "wrong", where),
                    .mpi_time_us = number_field(r, "mpi_time_us", where),
                    .mpi_busbw = number_field(r, "mpi_busbw", where),
                    .ratio = number_field(r, "ratio", where),
-                   .dim = r.contains("dim") ? static_cast<int>(number_field(r, "dim", where)) : 0});
+                   .dim = r.contains("dim") ? integer_field<int>(r, "dim", where) : 0});
     MESHTEST_CHECK(out.back().bytes > 0, "{}: bytes must be > 0 for a log-scale plot, got {}",
                    where, out.back().bytes);
   }
