@@ -215,6 +215,34 @@ TEST_F(Checkpoint, ConfigRoundTripAndBadConfigs) {
   expect_error([&] { read_config(dir_); }, {"config.json"});
 }
 
+TEST_F(Checkpoint, ConfigLimits) {
+  write_config(dir_, GptOssConfig::tiny());
+  std::string text;
+  {
+    std::ifstream in(dir_ / "config.json");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_EQ(parse_config(text, "mem").head_dim, GptOssConfig::tiny().head_dim);
+  const auto with = [&](const std::string& field, const std::string& value) {
+    std::string t = text;
+    const auto at = t.find("\"" + field + "\": ") + field.size() + 4;
+    return t.replace(at, t.find_first_of(",\n", at) - at, value);
+  };
+  // A head_dim of 2^62 would ask the RoPE table for 2^61 entries: refused before that.
+  expect_error(
+      [&] { parse_config(with("head_dim", "4611686018427387904"), "h.json"); },
+      {"gpt-oss config 'h.json'", "head_dim is 4611686018427387904, expected 1 .. 1048576"});
+  expect_error([&] { parse_config(with("vocab_size", "1048577"), "v.json"); },
+               {"vocab_size is 1048577, expected 1 .. 1048576"});
+  expect_error([&] { parse_config(with("hidden_size", "18446744073709551615"), "u.json"); },
+               {"'hidden_size' is 18446744073709551615, expected an integer (int64)"});
+  expect_error(
+      [&] {
+        parse_config(with("sliding_window", std::string(80, '[') + std::string(80, ']')), "d.json");
+      },
+      {"gpt-oss config 'd.json'", "more than 64 deep"});
+}
+
 TEST_F(Checkpoint, BadTensorsGiveErrorsNamingThem) {
   write_tiny(DType::f32);
   edit([](Named& all) {

@@ -97,6 +97,17 @@ TEST(Mxfp4, BadShapesAndDtypes) {
   expect_error([&] { mxfp4_encode(inf); }, {"element 3", "finite"});
 }
 
+TEST(Mxfp4, DecodedShapeThatOverflowsIsAnError) {
+  // A header may claim [0, 2^58, 16] (0 bytes): 2^58 blocks of 32 values is 2^63.
+  expect_error(
+      [] {
+        mxfp4_decoded_shape(Shape{0, std::int64_t{1} << 58, 16});
+      },
+      {"[0, 288230376151711744, 16]", "beyond int64"});
+  EXPECT_EQ(mxfp4_decoded_shape(Shape{0, std::int64_t{1} << 57, 16}),
+            (Shape{0, std::int64_t{1} << 62}));
+}
+
 TEST(Mxfp4, EncodeDecodeRoundTripsOnTheGrid) {
   // Random codes with each block's max |code value| 4 or 6: the encoding is canonical.
   const Tensor codes = random_integers({3, 4, 32}, DType::i64, {.seed = 7}, 0, 15);

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <utility>
 
 #include "src/core/file.hpp"
+#include "src/core/json.hpp"
 #include "src/ops/mxfp4.hpp"
 
 namespace meshtest {
@@ -197,26 +200,32 @@ void for_each_field(GptOssConfig& c, F&& f) {
 
 GptOssConfig read_config(const fs::path& dir) {
   const fs::path path = dir / "config.json";
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   MESHTEST_CHECK(in.good(), "cannot open gpt-oss config '{}'", path.string());
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return parse_config(text, path.string());
+}
+
+GptOssConfig parse_config(std::string_view text, const std::string& source) {
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text, json_depth_limit(fmt::format("gpt-oss config '{}'", source)));
   } catch (const json::exception& e) {
-    fail("gpt-oss config '{}' does not parse as JSON: {}", path.string(), e.what());
+    fail("gpt-oss config '{}' does not parse as JSON: {}", source, e.what());
   }
-  MESHTEST_CHECK(j.is_object(), "gpt-oss config '{}' is not a JSON object", path.string());
+  MESHTEST_CHECK(j.is_object(), "gpt-oss config '{}' is not a JSON object", source);
   GptOssConfig c;
   for_each_field(c, [&]<class T>(const char* name, T& value) {
     const auto it = j.find(name);
-    MESHTEST_CHECK(it != j.end(), "gpt-oss config '{}': field '{}' is missing", path.string(),
-                   name);
+    MESHTEST_CHECK(it != j.end(), "gpt-oss config '{}': field '{}' is missing", source, name);
     if constexpr (std::is_same_v<T, double>) {
       MESHTEST_CHECK(it->is_number(), "gpt-oss config '{}': field '{}' is {}, expected a number",
-                     path.string(), name, it->dump());
+                     source, name, it->dump());
     } else {
-      MESHTEST_CHECK(it->is_number_integer(),
-                     "gpt-oss config '{}': field '{}' is {}, expected an integer", path.string(),
+      MESHTEST_CHECK(it->is_number_integer() &&
+                         (!it->is_number_unsigned() ||
+                          it->get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max()),
+                     "gpt-oss config '{}': field '{}' is {}, expected an integer (int64)", source,
                      name, it->dump());
     }
     value = it->get<T>();
@@ -224,7 +233,7 @@ GptOssConfig read_config(const fs::path& dir) {
   try {
     c.validate();
   } catch (const Error& e) {
-    fail("gpt-oss config '{}': {}", path.string(), e.what());
+    fail("gpt-oss config '{}': {}", source, e.what());
   }
   return c;
 }

@@ -73,6 +73,8 @@ Tensor read_tensor_slice(const CheckpointDir& ckpt, std::string_view name, int d
 /// rope_ntk_beta; all required, others ignored (swiglu_alpha and norm_eps keep their defaults).
 /// Throws Error naming the file and the field that is missing, of the wrong type or invalid.
 GptOssConfig read_config(const std::filesystem::path& dir);
+/// Parses the text of a config.json as read_config does; `source` names it in messages.
+GptOssConfig parse_config(std::string_view text, const std::string& source);
 /// Writes those fields of `c` to `dir`/config.json (atomically; creates `dir`).
 void write_config(const std::filesystem::path& dir, const GptOssConfig& c);
 

@@ -38,19 +38,22 @@ GptOssConfig GptOssConfig::tiny_tp() {
 }
 
 void GptOssConfig::validate() const {
-  const auto positive = [](const char* name, std::int64_t v) {
-    MESHTEST_CHECK(v > 0, "gpt-oss config: {} is {}, expected > 0", name, v);
+  const auto size = [](const char* name, std::int64_t v) {
+    MESHTEST_CHECK(v > 0 && v <= kMaxSize, "gpt-oss config: {} is {}, expected 1 .. {}", name, v,
+                   kMaxSize);
   };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("num_key_value_heads", num_key_value_heads);
-  positive("head_dim", head_dim);
-  positive("num_experts", num_experts);
-  positive("experts_per_token", experts_per_token);
-  positive("intermediate_size", intermediate_size);
-  positive("initial_context_length", initial_context_length);
+  size("vocab_size", vocab_size);
+  size("hidden_size", hidden_size);
+  size("num_hidden_layers", num_hidden_layers);
+  size("num_attention_heads", num_attention_heads);
+  size("num_key_value_heads", num_key_value_heads);
+  size("head_dim", head_dim);
+  size("num_experts", num_experts);
+  size("experts_per_token", experts_per_token);
+  size("intermediate_size", intermediate_size);
+  MESHTEST_CHECK(initial_context_length > 0,
+                 "gpt-oss config: initial_context_length is {}, expected > 0",
+                 initial_context_length);
   MESHTEST_CHECK(sliding_window >= 0, "gpt-oss config: sliding_window is {}, expected >= 0",
                  sliding_window);
   MESHTEST_CHECK(num_attention_heads % num_key_value_heads == 0,

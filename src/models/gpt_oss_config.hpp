@@ -12,6 +12,11 @@ namespace meshtest {
 /// A gpt-oss configuration; field names follow the reference ModelConfig / config.json.
 /// The defaults are gpt-oss-20b.
 struct GptOssConfig {
+  /// The largest size validate() accepts for each of vocab_size .. intermediate_size: every
+  /// weight's element count then fits in int64, and a config read from a file cannot ask for
+  /// absurd allocations (the RoPE table has head_dim / 2 entries).
+  static constexpr std::int64_t kMaxSize = std::int64_t{1} << 20;
+
   std::int64_t vocab_size = 201088;
   std::int64_t hidden_size = 2880;
   std::int64_t num_hidden_layers = 24;
@@ -43,8 +48,8 @@ struct GptOssConfig {
   /// intermediate (32) split over 1, 2, 4 and 8 devices (not 3).
   static GptOssConfig tiny_tp();
 
-  /// Throws Error naming the first field that is out of range or inconsistent (including the
-  /// YaRN low/high condition).
+  /// Throws Error naming the first field that is out of range (sizes 1 .. kMaxSize) or
+  /// inconsistent (including the YaRN low/high condition).
   void validate() const;
 
   /// The sliding window of layer `layer`: sliding_window on even layers, 0 (none) on odd ones.

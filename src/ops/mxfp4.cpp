@@ -67,8 +67,10 @@ Shape mxfp4_decoded_shape(const Shape& blocks) {
                  kMxfp4BlockBytes);
   std::vector<std::int64_t> dims = blocks.vec();
   dims.pop_back();
-  dims.back() *= kMxfp4BlockValues;
-  return Shape(dims);
+  // nblocks * 16 fits in int64, nblocks * 32 need not (a header can claim [0, 2^58, 16]).
+  const bool fits = !__builtin_mul_overflow(dims.back(), kMxfp4BlockValues, &dims.back());
+  MESHTEST_CHECK(fits, "mxfp4: blocks shape {} decodes to a last dim beyond int64", blocks);
+  return Shape(dims);  // throws Error when the decoded element count overflows int64
 }
 
 Tensor mxfp4_decode(const Tensor& blocks, const Tensor& scales, DType out) {
