@@ -13,14 +13,6 @@ export MESHTEST_REPORTS_DIR=$work/reports MESHTEST_HOSTS_DIR=$work/no-hosts
 bin=$(type -P true)
 # shellcheck source=tests/launcher/common.bash
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
-# expect <exit> <text> <command...>: the command ends within 20 s with that exit and text.
-expect() {
-  local want=$1 text=$2 rc=0 out
-  shift 2
-  out=$(timeout 20 "$@" 2>&1) || rc=$?
-  [[ $rc -eq $want ]] || fail "$* exited $rc, expected $want" "$out"
-  grep -qF -- "$text" <<<"$out" || fail "$*: no '$text' in the output" "$out"
-}
 
 printf '# nothing here\n\n' >"$work/empty"
 printf 'no-such-host.invalid slots=2\n' >"$work/unknown"
