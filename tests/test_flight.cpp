@@ -98,6 +98,37 @@ TEST(Flight, SummaryNamesRanksThatStoppedOrDidNotDump) {
   EXPECT_NE(s.find("rank 1: never entered it (last: #2)"), std::string::npos) << s;
 }
 
+TEST(Flight, LimitsRefuseAHostileDump) {
+  // A dump claiming 2^31 - 1 ranks made the summary walk every one of them (found by fuzzing);
+  // a seq of 2^64 - 1 followed by 0 "followed" it by wrapping.
+  FlightDump big = dump(0, {entry(1, "all_reduce")});
+  big.size = 2147483647;
+  test_support::expect_error([&] { parse_flight_json(flight_json(big), "f.json"); },
+                             {"f.json", "size 2147483647 is not 1 .. 1048576"});
+  test_support::expect_error([&] { flight_summary(std::vector{big}); }, {"more than 1048576"});
+  const FlightDump wraps = dump(0, {entry(18446744073709551615ULL, "all_reduce")});
+  test_support::expect_error([&] { parse_flight_json(flight_json(wraps), "f.json"); },
+                             {"entry 0", "seq 18446744073709551615 is not 1 .. 2^62"});
+}
+
+TEST(Flight, SummaryNamesManyRanksAsRanges) {
+  // 1000 ranks of which 990 wait in #2 and ten never entered it: one line each, not 1000 numbers.
+  std::vector<FlightDump> d;
+  for (int r = 0; r < 1000; ++r) {
+    if (r >= 500 && r < 510) {
+      d.push_back(dump(r, {entry(1, "all_reduce")}));
+    } else {
+      d.push_back(dump(r, {entry(1, "all_reduce"), entry(2, "all_reduce", FlightState::waiting)}));
+    }
+    d.back().size = 1002;
+  }
+  const std::string s = flight_summary(d);
+  EXPECT_NE(s.find("no dump from ranks 1000, 1001"), std::string::npos) << s;
+  EXPECT_NE(s.find("ranks 0-499, 510-999: all_reduce #2"), std::string::npos) << s;
+  EXPECT_NE(s.find("ranks 500-509: never entered it"), std::string::npos) << s;
+  EXPECT_LT(std::ranges::count(s, '\n'), 40) << s;
+}
+
 TEST(Flight, SummaryOfRanksThatAgree) {
   std::vector<FlightDump> d;
   for (int r = 0; r < 4; ++r)

@@ -54,8 +54,22 @@ FlightState state_of(const std::string& name, std::string_view where) {
 /// its group and state.
 using Did = std::tuple<std::string, std::string, std::uint64_t, std::uint64_t, FlightState>;
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
+/// "rank 2", "ranks 0, 1, 3", "ranks 0-5, 7": sorted ranks, a run of three or more consecutive
+/// ones as a range, so that a summary stays one screen at any job size.
+std::string ranks_text(std::vector<int> ranks) {
+  std::ranges::sort(ranks);
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] <= ranks[j] + 1) ++j;
+    if (j >= i + 2) {
+      parts.push_back(fmt::format("{}-{}", ranks[i], ranks[j]));
+    } else {
+      for (std::size_t k = i; k <= j; ++k) parts.push_back(fmt::format("{}", ranks[k]));
+    }
+    i = j + 1;
+  }
+  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(parts, ", "));
 }
 
 std::string entry_text(const FlightEntry& e, std::int64_t now_us) {
@@ -113,8 +127,10 @@ FlightDump parse_flight_json(std::string_view text, std::string_view source) {
   FlightDump d;
   d.rank = field<int>(j, "rank", where);
   d.size = field<int>(j, "size", where);
-  MESHTEST_CHECK(d.size >= 1 && d.rank >= 0 && d.rank < d.size,
-                 "{}: rank {} out of range for size {}", where, d.rank, d.size);
+  MESHTEST_CHECK(d.size >= 1 && d.size <= kMaxFlightRanks, "{}: size {} is not 1 .. {}", where,
+                 d.size, kMaxFlightRanks);
+  MESHTEST_CHECK(d.rank >= 0 && d.rank < d.size, "{}: rank {} out of range for size {}", where,
+                 d.rank, d.size);
   d.host = field<std::string>(j, "host", where);
   d.pid = field<std::int64_t>(j, "pid", where);
   d.reason = field<std::string>(j, "reason", where);
@@ -140,6 +156,7 @@ FlightDump parse_flight_json(std::string_view text, std::string_view source) {
     e.start_us = field<std::int64_t>(x, "start_us", at);
     e.end_us = field<std::int64_t>(x, "end_us", at);
     e.state = state_of(field<std::string>(x, "state", at), at);
+    MESHTEST_CHECK(e.seq >= 1 && e.seq < kMaxFlightSeq, "{}: seq {} is not 1 .. 2^62", at, e.seq);
     MESHTEST_CHECK(d.entries.empty() || e.seq == d.entries.back().seq + 1,
                    "{}: seq {} does not follow {}", at, e.seq, d.entries.back().seq);
     d.entries.push_back(std::move(e));
@@ -164,9 +181,16 @@ std::vector<FlightDump> read_flight_dir(const fs::path& dir) {
   return out;
 }
 
+namespace {
+/// Up to this many dumps, the summary ends with a line per rank; beyond, a line per group.
+constexpr std::size_t kFlightRankLines = 16;
+}  // namespace
+
 std::string flight_summary(std::span<const FlightDump> dumps, int size) {
   MESHTEST_CHECK(!dumps.empty(), "flight summary: no dumps");
   if (size <= 0) size = dumps.front().size;
+  MESHTEST_CHECK(size <= kMaxFlightRanks, "flight summary: {} ranks is more than {}", size,
+                 kMaxFlightRanks);
   std::int64_t now = 0;
   std::vector<int> have;
   std::map<std::string, std::vector<int>> reasons;
@@ -175,6 +199,7 @@ std::string flight_summary(std::span<const FlightDump> dumps, int size) {
     have.push_back(d.rank);
     reasons[d.reason].push_back(d.rank);
   }
+  std::ranges::sort(have);
   std::vector<int> absent;
   for (int r = 0; r < size; ++r) {
     if (!std::ranges::binary_search(have, r)) absent.push_back(r);
@@ -242,9 +267,28 @@ std::string flight_summary(std::span<const FlightDump> dumps, int size) {
                                    : fmt::format("never entered it (last: #{})", last));
     }
   }
+  const auto last_text = [now](const FlightDump& d) {
+    return d.entries.empty() ? std::string("none") : entry_text(d.entries.back(), now);
+  };
+  if (dumps.size() <= kFlightRankLines) {
+    for (const FlightDump& d : dumps) {
+      out += fmt::format("[meshtest]   rank {}: {}; last: {}\n", d.rank, d.activity, last_text(d));
+    }
+    return out;
+  }
+  // Many ranks: one line per (activity, last collective), timed as its lowest rank saw it.
+  using Last = std::tuple<std::string, std::uint64_t, std::string, std::string, FlightState>;
+  std::map<Last, std::vector<int>> lasts;
   for (const FlightDump& d : dumps) {
-    out += fmt::format("[meshtest]   rank {}: {}; last: {}\n", d.rank, d.activity,
-                       d.entries.empty() ? std::string("none") : entry_text(d.entries.back(), now));
+    const FlightEntry none;
+    const FlightEntry& e = d.entries.empty() ? none : d.entries.back();
+    lasts[{d.activity, e.seq, e.op, e.detail, e.state}].push_back(d.rank);
+  }
+  for (const auto& [key, ranks] : lasts) {
+    const FlightDump& d =
+        *std::ranges::find(dumps, *std::ranges::min_element(ranks), &FlightDump::rank);
+    out += fmt::format("[meshtest]   {}: {}; last: {}{}\n", ranks_text(ranks), d.activity,
+                       last_text(d), ranks.size() > 1 ? fmt::format(" on rank {}", d.rank) : "");
   }
   return out;
 }

@@ -45,6 +45,11 @@ struct FlightDump {
   std::vector<FlightEntry> entries;  ///< oldest first, consecutive seq
 };
 
+/// The largest job a dump may claim (its "size"), and the bound on a collective's seq: limits
+/// that keep a hostile file from making the summary loop over 2^31 ranks or wrap a seq.
+inline constexpr int kMaxFlightRanks = 1 << 20;
+inline constexpr std::uint64_t kMaxFlightSeq = std::uint64_t{1} << 62;
+
 std::string flight_json(const FlightDump& d);
 /// Parses a dump; throws Error naming `source` and the field on anything malformed.
 FlightDump parse_flight_json(std::string_view text, std::string_view source);
@@ -54,7 +59,10 @@ std::vector<FlightDump> read_flight_dir(const std::filesystem::path& dir);
 /// A screen of text: which ranks dumped, the first collective (by seq, over the history that
 /// every dump still holds) where the ranks differ in op, axis or signature, where a rank has
 /// no entry (it stopped before), or where one is not done; the ranks grouped by what they did
-/// there; and each rank's last collective. `size` ranks are expected (0: the dumps' size).
+/// there; and each rank's last collective (beyond 16 dumps, one line per group of ranks with
+/// the same last collective). Ranks are written as ranges ("ranks 0-499, 510-999"), so the
+/// summary stays one screen at any job size. `size` ranks are expected (0: the dumps' size);
+/// more than kMaxFlightRanks is an Error.
 std::string flight_summary(std::span<const FlightDump> dumps, int size = 0);
 
 }  // namespace meshtest::perf

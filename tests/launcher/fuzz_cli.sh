@@ -8,7 +8,7 @@ launcher=$1
 # shellcheck source=tests/launcher/common.bash
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-targets="npy safetensors ops_csv ccl_bench_json gpt_oss_config mxfp4"
+targets="npy safetensors ops_csv ccl_bench_json gpt_oss_config mxfp4 flight"
 expect 2 "unknown target 'nope' (the targets: $targets)" "$launcher" fuzz npy nope
 expect 2 "--seconds needs a positive integer, not '0'" "$launcher" fuzz --seconds 0
 expect 2 "--seconds needs a positive integer, not 'ten'" "$launcher" fuzz npy --seconds=ten
