@@ -1,6 +1,7 @@
 // The flight recorder's files and summary, on crafted dumps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -106,6 +107,14 @@ TEST(Flight, LimitsRefuseAHostileDump) {
   test_support::expect_error([&] { parse_flight_json(flight_json(big), "f.json"); },
                              {"f.json", "size 2147483647 is not 1 .. 1048576"});
   test_support::expect_error([&] { flight_summary(std::vector{big}); }, {"more than 1048576"});
+  // Two dumps claiming one rank: the summary looked the rank up and found the other dump, one
+  // without the collective it was printing (found by fuzzing).
+  test_support::expect_error(
+      [&] {
+        flight_summary(std::vector{dump(0, {entry(1, "all_reduce")}),
+                                   dump(1, {entry(1, "all_gather")}), dump(0, {})});
+      },
+      {"two dumps of rank 0"});
   const FlightDump wraps = dump(0, {entry(18446744073709551615ULL, "all_reduce")});
   test_support::expect_error([&] { parse_flight_json(flight_json(wraps), "f.json"); },
                              {"entry 0", "seq 18446744073709551615 is not 1 .. 2^62"});
@@ -148,6 +157,9 @@ TEST(Flight, ReadsADirectoryOfDumps) {
   EXPECT_EQ(d[0].rank, 0);
   EXPECT_NE(flight_summary(d).find("no collective recorded on any rank"), std::string::npos);
   test_support::expect_error([&] { read_flight_dir(dir.path() / "none"); }, {"not a directory"});
+  std::ofstream(dir.path() / "rank1.json") << flight_json(dump(0, {}));
+  test_support::expect_error([&] { read_flight_dir(dir.path()); },
+                             {"rank1.json' holds the dump of rank 0"});
   std::filesystem::remove(dir.path() / "rank0.json");
   std::filesystem::remove(dir.path() / "rank1.json");
   test_support::expect_error([&] { read_flight_dir(dir.path()); }, {"no rank<r>.json"});

@@ -175,6 +175,8 @@ std::vector<FlightDump> read_flight_dir(const fs::path& dir) {
     std::ostringstream text;
     text << in.rdbuf();
     out.push_back(parse_flight_json(text.str(), f.path().string()));
+    MESHTEST_CHECK(f.path().filename().string() == fmt::format("rank{}.json", out.back().rank),
+                   "flight: '{}' holds the dump of rank {}", f.path().string(), out.back().rank);
   }
   MESHTEST_CHECK(!out.empty(), "flight: no rank<r>.json in '{}'", dir.string());
   std::ranges::sort(out, {}, &FlightDump::rank);
@@ -200,6 +202,8 @@ std::string flight_summary(std::span<const FlightDump> dumps, int size) {
     reasons[d.reason].push_back(d.rank);
   }
   std::ranges::sort(have);
+  const auto twice = std::ranges::adjacent_find(have);
+  MESHTEST_CHECK(twice == have.end(), "flight summary: two dumps of rank {}", *twice);
   std::vector<int> absent;
   for (int r = 0; r < size; ++r) {
     if (!std::ranges::binary_search(have, r)) absent.push_back(r);
