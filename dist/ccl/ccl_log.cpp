@@ -25,6 +25,7 @@ struct Raw {
   std::size_t n = 0;
   std::uint64_t signature = 0;
   std::uint64_t group_seq = 0;
+  const std::vector<int>* members = nullptr;  // valid while the collective runs
   std::int64_t start_us = 0;
   std::int64_t end_us = -1;
   perf::FlightState state = perf::FlightState::queued;
@@ -88,18 +89,21 @@ void ccl_log_enter(std::string_view op, const Shape& shape, DType dtype,
   std::copy_n(fields.begin(), r.n, r.fields.begin());
   r.signature = 0;
   r.group_seq = 0;
+  r.members = nullptr;
   r.start_us = start;
   r.end_us = -1;
   r.state = perf::FlightState::queued;
 }
 
-void ccl_log_agreeing(std::uint64_t signature, std::uint64_t group_seq) {
+void ccl_log_agreeing(std::uint64_t signature, std::uint64_t group_seq,
+                      const std::vector<int>* members) {
   Log& l = log();
   std::lock_guard lock(l.mutex);
   if (l.seq == 0) return;
   Raw& r = l.current();
   r.signature = signature;
   r.group_seq = group_seq;
+  r.members = members;
   r.state = perf::FlightState::waiting;
 }
 
@@ -110,21 +114,27 @@ void ccl_log_exit(bool failed) {
   if (l.seq == 0) return;
   Raw& r = l.current();
   r.end_us = end;
+  r.members = nullptr;
   r.state = failed ? perf::FlightState::failed : perf::FlightState::done;
 }
 
 CollectiveEntry ccl_log_last() {
   Raw r;
+  std::vector<int> members;
   {
     Log& l = log();
     std::lock_guard lock(l.mutex);
     if (l.seq > 0) r = l.current();
+    // Under the lock: the collective is still running, so its communicator is alive.
+    if (r.members != nullptr) members = *r.members;
   }
   CollectiveEntry e{
       .op = std::string(r.op),
       .seq = r.seq,
       .detail = {},
-      .completed = r.state == perf::FlightState::done || r.state == perf::FlightState::failed};
+      .completed = r.state == perf::FlightState::done || r.state == perf::FlightState::failed,
+      .group_seq = r.group_seq,
+      .members = std::move(members)};
   if (!r.op.empty()) e.detail = detail_of(r);
   return e;
 }

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "src/core/dtype.hpp"
 #include "src/core/shape.hpp"
@@ -19,11 +20,28 @@ namespace meshtest::dist {
 
 /// What a rank was doing in its most recent collective.
 struct CollectiveEntry {
-  std::string op;          ///< "all_reduce", ... (empty: none yet)
-  std::uint64_t seq = 0;   ///< 1-based count of collectives entered by this process
-  std::string detail;      ///< shape, dtype, axis, dims, ...
-  bool completed = false;  ///< false while the rank is inside the collective
+  std::string op;               ///< "all_reduce", ... (empty: none yet)
+  std::uint64_t seq = 0;        ///< 1-based count of collectives entered by this process
+  std::string detail;           ///< shape, dtype, axis, dims, ...
+  bool completed = false;       ///< false while the rank is inside the collective
+  std::uint64_t group_seq = 0;  ///< its count on its group's communicator (0: not agreed yet)
+  std::vector<int> members;     ///< the group's ranks in MPI_COMM_WORLD, while inside after
+                                ///< agreeing (else empty)
 };
+
+/// A communicator this process called collectives on: its ranks in MPI_COMM_WORLD (group
+/// order) and how many collectives agreed on it so far.
+struct GroupCount {
+  std::vector<int> members;
+  std::uint64_t calls = 0;
+};
+
+/// Every live communicator with at least one collective, and those freed since
+/// ccl_forget_freed_groups (the most calls per group of ranks), in no particular order.
+/// Thread-safe.
+std::vector<GroupCount> ccl_group_counts();
+/// Forgets the freed communicators (the harness calls it as each test starts).
+void ccl_forget_freed_groups();
 
 /// One "key value" of a collective's detail: the number, or `text` when it is not empty.
 /// Keys and texts must be string literals (static storage): they are kept unformatted and
@@ -42,9 +60,11 @@ inline constexpr std::size_t kFlightEntries = 64;
 /// The entry is queued until ccl_log_agreeing. Thread-safe (the watchdog thread reads it).
 void ccl_log_enter(std::string_view op, const Shape& shape, DType dtype,
                    std::span<const LogField> fields);
-/// The current collective starts exchanging with its group (state waiting): its signature
-/// and its count on the group's communicator.
-void ccl_log_agreeing(std::uint64_t signature, std::uint64_t group_seq);
+/// The current collective starts exchanging with its group (state waiting): its signature,
+/// its count on the group's communicator and the group's world ranks (kept by pointer: they
+/// must live as long as the communicator, and are read only while the collective runs).
+void ccl_log_agreeing(std::uint64_t signature, std::uint64_t group_seq,
+                      const std::vector<int>* members = nullptr);
 /// Marks the current collective as completed (done, or failed when it threw).
 void ccl_log_exit(bool failed = false);
 /// A snapshot of the last collective entered.

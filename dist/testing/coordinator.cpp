@@ -1,6 +1,7 @@
 // Rank 0's coordinator: verdict agreement, deadline, lagging-rank detection and the abort report.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -25,6 +26,9 @@ constexpr Millis kQueryInterval = 500ms;
 /// After this many failure graces, missing ranks end the job even if not seen stuck (they may be
 /// inside an MPI call that the collective log does not see).
 constexpr int kGraceLimit = 5;
+/// After a rank ends a test while others have not, they are queried after this long (then
+/// every kQueryInterval) for the pass watch.
+constexpr Millis kPassGrace = 250ms;
 /// How long the abort report waits for the missing ranks' snapshots.
 constexpr Millis kSnapshotWait = 2s;
 /// Pause between printing the report and MPI_Abort, so the report comes before mpirun's notice.
@@ -50,6 +54,7 @@ class Coordinator {
       }
       check_deadline();
       check_failure_grace();
+      check_pass_watch();
       backoff.pause();
     }
   }
@@ -73,6 +78,11 @@ class Coordinator {
       }
     } else if (m.tag == kArrive) {
       on_arrival(m.source, decode_arrival(m.bytes));
+    } else if (m.tag == kBodyDone) {
+      bodies_[r] = decode_arrival(m.bytes);
+      if (!passed_at_) {
+        passed_at_ = Clock::now();
+      }
     }
   }
 
@@ -89,6 +99,9 @@ class Coordinator {
     if (a.status == Status::failed && !failed_at_) {
       failed_at_ = Clock::now();
       failed_rank_ = rank;
+    }
+    if (!a.finish && !passed_at_) {
+      passed_at_ = Clock::now();
     }
     arrivals_[static_cast<std::size_t>(rank)] = std::move(a);
     if (missing().empty()) {
@@ -116,7 +129,9 @@ class Coordinator {
     }
     arrivals_.assign(static_cast<std::size_t>(c_.size), std::nullopt);
     latest_ = previous_ = arrivals_snapshot_none();
+    bodies_.assign(static_cast<std::size_t>(c_.size), std::nullopt);
     failed_at_.reset();
+    passed_at_.reset();
     done_ = finish;
   }
 
@@ -162,6 +177,86 @@ class Coordinator {
       previous_ = latest_;
       query(lagging);
     }
+  }
+
+  /// A rank ended the test and others have not arrived (none failed: that has its own watch):
+  /// query them, and end the job with a desync when one waits inside a collective whose group
+  /// holds an arrived rank that never called it. That rank has left the test, so the
+  /// collective cannot complete: it skipped one (or the others called one too many). The
+  /// communicator is matched by its ranks; an arrived rank with several communicators of the
+  /// same ranks is taken to have called it if any of them counts that many calls, so a slow
+  /// but correct collective is never called a desync.
+  void check_pass_watch() {
+    if (!passed_at_ || failed_at_ || Clock::now() - *passed_at_ < kPassGrace) {
+      return;
+    }
+    const std::vector<int> lagging = missing();
+    if (query_id_ == 0 || !answered(lagging)) {  // judge a whole round of answers
+      if (Clock::now() - last_query_ >= kQueryInterval) {
+        previous_ = latest_;
+        query(lagging);
+      }
+      return;
+    }
+    for (int r : lagging) {
+      // Inside the same collective in two rounds of answers, kQueryInterval apart: a rank
+      // caught inside a collective it is just leaving is not judged.
+      const auto& l = latest_[static_cast<std::size_t>(r)];
+      const auto& p = previous_[static_cast<std::size_t>(r)];
+      if (!l || l->last.completed || l->last.group_seq == 0 || !p || p->query == l->query ||
+          p->last.completed || p->last.seq != l->last.seq) {
+        continue;
+      }
+      for (int m : l->last.members) {
+        if (m < 0 || m >= c_.size) {
+          continue;
+        }
+        // Its arrival, or (while its fixture tears down) the end of its test body.
+        const auto i = static_cast<std::size_t>(m);
+        const Arrival* a = arrivals_[i] ? &*arrivals_[i] : bodies_[i] ? &*bodies_[i] : nullptr;
+        if (a != nullptr && !a->finish && never_called(*a, l->last)) {
+          end_job(skipped_message(m, *a, l->last), 1);
+        }
+      }
+    }
+    if (Clock::now() - last_query_ >= kQueryInterval) {
+      previous_ = latest_;
+      query(lagging);
+    }
+  }
+
+  static std::uint64_t calls_on(const Arrival& a, const std::vector<int>& members) {
+    std::uint64_t most = 0;
+    for (const GroupCount& g : a.groups) {
+      if (g.members == members) {
+        most = std::max(most, g.calls);
+      }
+    }
+    return most;
+  }
+
+  static bool never_called(const Arrival& a, const CollectiveEntry& waiting) {
+    return calls_on(a, waiting.members) < waiting.group_seq;
+  }
+
+  /// "collective desync: rank 2 ended test T after 3 collectives on the group of ranks 0-3,
+  /// while ranks 0, 1, 3 wait in all_reduce #6 (collective #4 of that group); ..."
+  std::string skipped_message(int rank, const Arrival& a, const CollectiveEntry& waiting) const {
+    std::vector<int> waiters;
+    for (int r : missing()) {
+      const auto& l = latest_[static_cast<std::size_t>(r)];
+      if (l && !l->last.completed && l->last.members == waiting.members &&
+          l->last.group_seq == waiting.group_seq) {
+        waiters.push_back(r);
+      }
+    }
+    return fmt::format(
+        "collective desync: rank {} ended test {} ({}) after {} collective(s) on the group of "
+        "ranks {}, while rank(s) {} wait in {} (collective #{} of that group); every device of "
+        "a group must call the same collectives in the same order",
+        rank, a.name, a.status == Status::skipped ? "skipped" : "passed",
+        calls_on(a, waiting.members), rank_list(waiting.members), rank_list(waiters),
+        describe(waiting), waiting.group_seq);
   }
 
   /// Asks `ranks` for a snapshot (rank 0 answers in-process); answers land in latest_. With a
@@ -248,9 +343,13 @@ class Coordinator {
   const Config& c_ = config();
   std::vector<std::optional<Arrival>> arrivals_ =
       std::vector<std::optional<Arrival>>(static_cast<std::size_t>(c_.size));
+  /// Ranks whose test body ended (kBodyDone) and that have not arrived yet.
+  std::vector<std::optional<Arrival>> bodies_ =
+      std::vector<std::optional<Arrival>>(static_cast<std::size_t>(c_.size));
   std::vector<std::optional<Snapshot>> latest_ = arrivals_snapshot_none();
   std::vector<std::optional<Snapshot>> previous_ = arrivals_snapshot_none();
   std::optional<Clock::time_point> failed_at_;
+  std::optional<Clock::time_point> passed_at_;  // the first arrival of the running test
   int failed_rank_ = -1;
   std::uint64_t query_id_ = 0;
   Clock::time_point last_query_{};

@@ -95,6 +95,8 @@ void set_test_timeout(std::chrono::milliseconds timeout) { detail::set_timeout(t
 
 std::chrono::milliseconds default_test_timeout() { return config().default_timeout; }
 
+void test_body_done() { detail::send_body_done(); }
+
 int world_rank() {
   int r = 0;
   MESHTEST_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &r));

@@ -84,6 +84,7 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
  public:
   void OnTestStart(const TestInfo& t) override {
     begin_test(full_name(t));
+    ccl_forget_freed_groups();
     first_seq_ = ccl_log_last().seq + 1;
     told_ = false;
     name_ = full_name(t);
@@ -118,6 +119,7 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
       }
     }
     if (a.status == Status::failed) a.flight = flight_if_a_collective_failed(a.name);
+    a.groups = ccl_group_counts();
     const Status local = a.status;
     const Verdict v = exchange(a);
     injecting_ = true;

@@ -28,6 +28,16 @@ class Writer {
     }
     return *this;
   }
+  Writer& ints(const std::vector<int>& v) {
+    i64(static_cast<std::int64_t>(v.size()));
+    for (int x : v) i64(x);
+    return *this;
+  }
+  Writer& groups(const std::vector<GroupCount>& gs) {
+    i64(static_cast<std::int64_t>(gs.size()));
+    for (const GroupCount& g : gs) ints(g.members).i64(static_cast<std::int64_t>(g.calls));
+    return *this;
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -65,6 +75,19 @@ class Reader {
     }
     return ps;
   }
+  std::vector<int> ints() {
+    std::vector<int> v(static_cast<std::size_t>(count()));
+    for (int& x : v) x = i32();
+    return v;
+  }
+  std::vector<GroupCount> groups() {
+    std::vector<GroupCount> gs(static_cast<std::size_t>(count()));
+    for (GroupCount& g : gs) {
+      g.members = ints();
+      g.calls = static_cast<std::uint64_t>(i64());
+    }
+    return gs;
+  }
   std::int64_t count() {
     const std::int64_t n = i64();
     MESHTEST_CHECK(n >= 0 && static_cast<std::size_t>(n) <= in_.size(),
@@ -91,6 +114,7 @@ std::string encode(const Arrival& a) {
       .i64(a.exit_code)
       .parts(a.parts)
       .str(a.flight)
+      .groups(a.groups)
       .take();
 }
 
@@ -104,6 +128,7 @@ Arrival decode_arrival(std::string_view bytes) {
   a.exit_code = r.i32();
   a.parts = r.parts();
   a.flight = r.str();
+  a.groups = r.groups();
   return a;
 }
 
@@ -141,6 +166,8 @@ std::string encode(const Snapshot& s) {
       .i64(static_cast<std::int64_t>(s.last.seq))
       .str(s.last.detail)
       .i64(s.last.completed)
+      .i64(static_cast<std::int64_t>(s.last.group_seq))
+      .ints(s.last.members)
       .parts(s.parts)
       .str(s.flight)
       .take();
@@ -156,6 +183,8 @@ Snapshot decode_snapshot(std::string_view bytes) {
   s.last.seq = static_cast<std::uint64_t>(r.i64());
   s.last.detail = r.str();
   s.last.completed = r.i64() != 0;
+  s.last.group_seq = static_cast<std::uint64_t>(r.i64());
+  s.last.members = r.ints();
   s.parts = r.parts();
   s.flight = r.str();
   return s;

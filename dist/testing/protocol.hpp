@@ -20,7 +20,17 @@ namespace meshtest::dist::testing::detail {
 /// kFailed (to_root, the test's name): the first failure of a rank in a test, sent at once,
 /// before the rank's fixture tears down (a teardown that frees communicators can block while
 /// the other ranks wait in a collective, and then the rank never arrives).
-enum Tag : int { kArrive = 1, kExited = 2, kSnapshot = 3, kQuery = 4, kVerdict = 5, kFailed = 6 };
+/// kBodyDone (to_root, an Arrival without parts): a rank's test body ended without failure,
+/// sent before its fixture tears down (test_body_done), with its collective counts.
+enum Tag : int {
+  kArrive = 1,
+  kExited = 2,
+  kSnapshot = 3,
+  kQuery = 4,
+  kVerdict = 5,
+  kFailed = 6,
+  kBodyDone = 7
+};
 
 /// A rank's main thread reached the end of a test (or of RUN_ALL_TESTS, `finish`).
 struct Arrival {
@@ -31,6 +41,9 @@ struct Arrival {
   int exit_code = 0;
   std::vector<TestPart> parts;  ///< this rank's failures and skips in the test
   std::string flight;  ///< the flight recorder's dump (JSON) when a collective failed in the test
+  std::vector<GroupCount> groups;  ///< ccl_group_counts() at the test's end: a rank that waits
+                                   ///< in a collective its group's arrived ranks never called
+                                   ///< is a desync (the coordinator's pass watch)
 };
 
 /// What every rank applies to its gtest result: the agreed status of the test.

@@ -1,5 +1,6 @@
 // The control thread's life cycle, the watchdog of ranks 1..N-1, and the main thread's exchange.
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <exception>
@@ -55,6 +56,17 @@ void stop_control_thread() {
   if (g_thread != nullptr && g_thread->joinable()) {
     g_thread->join();
   }
+}
+
+void send_body_done() {
+  if (g_thread == nullptr) return;  // no harness (e.g. a fixture in a plain gtest main)
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (t == nullptr || ::testing::Test::HasFailure()) return;  // a failure has kFailed
+  Arrival a;
+  a.name = fmt::format("{}.{}", t->test_suite_name(), t->name());
+  a.status = ::testing::Test::IsSkipped() ? Status::skipped : Status::passed;
+  a.groups = ccl_group_counts();
+  send(config().to_root, 0, kBodyDone, encode(a));
 }
 
 Verdict exchange(const Arrival& arrival) {

@@ -160,12 +160,32 @@ TEST_F(MeshTest, SleepPastDeadline) {  // run with MESHTEST_TEST_TIMEOUT=3
   sum_of_ones(mesh());
 }
 
-TEST_F(MeshTest, OneRankReturnsOthersWait) {
+TEST_F(MeshTest, OneRankReturnsOthersWait) {  // a desync: rank 1 never calls the all_reduce
   MESHTEST_TIMEOUT(3);
   if (rank() == 1) {
     return;
   }
   sum_of_ones(mesh());
+}
+
+// A rank that leaves early is no desync for collectives of groups without it: the others run
+// slow all_reduces (rank 0 sleeps first, so the rest wait inside) on a mesh of their own.
+TEST(Subgroup, OneRankLeavesTheOthersGoOnWithoutIt) {
+  MPI_Comm others = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank() == 1 ? MPI_UNDEFINED : 0, rank(), &others);
+  if (rank() == 1) {
+    return;
+  }
+  {
+    const MeshDevice mesh = MeshDevice::line(others);
+    for (int i = 0; i < 4; ++i) {
+      if (rank() == 0) {
+        std::this_thread::sleep_for(400ms);
+      }
+      EXPECT_EQ(sum_of_ones(mesh), static_cast<float>(world_size() - 1));
+    }
+  }
+  MPI_Comm_free(&others);
 }
 
 // --- skips ---
