@@ -1,0 +1,154 @@
+// Timing and the benchmark report of a kernel family.
+#include "src/kernels/bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "src/core/random.hpp"
+
+namespace meshtest::kernels {
+
+namespace {
+
+Timing time_runs(const std::string& name, double flops, const BenchOptions& opt,
+                 const std::function<void()>& run) {
+  for (int i = 0; i < opt.warmup; ++i) run();
+  std::vector<double> ms;
+  for (int i = 0; i < opt.iterations; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const auto t1 = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  Timing t{.version = name};
+  double sum = 0, sq = 0;
+  for (double v : ms) sum += v;
+  t.mean_ms = sum / static_cast<double>(ms.size());
+  for (double v : ms) sq += (v - t.mean_ms) * (v - t.mean_ms);
+  t.std_ms = std::sqrt(sq / static_cast<double>(ms.size()));
+  t.best_ms = *std::ranges::min_element(ms);
+  t.tflops = flops / (t.mean_ms * 1e-3) / 1e12;
+  return t;
+}
+
+const Timing& fastest(const ConfigBench& c) {
+  return *std::ranges::min_element(c.versions, {}, &Timing::mean_ms);
+}
+
+}  // namespace
+
+std::vector<ConfigBench> bench_family(const Family& f, std::span<const Config> configs,
+                                      const BenchOptions& opt) {
+  std::vector<ConfigBench> out;
+  for (const Config& c : configs) {
+    const Inputs in = f.make_inputs(c);
+    const double flops = f.flops(c);
+    ConfigBench r{.config = c, .versions = {}, .eigen = {}};
+    for (const Version& v : f.versions) {
+      r.versions.push_back(time_runs(v.name, flops, opt, [&] { (void)v.run(in); }));
+    }
+    const Tensor a = random_normal(Shape({c.m, c.k}), DType::f32, {.seed = 5, .stream = 1});
+    const Tensor b = random_normal(Shape({c.k, c.n}), DType::f32, {.seed = 5, .stream = 2});
+    Tensor y(Shape({c.m, c.n}), DType::f32);
+    r.eigen = time_runs("eigen f32", flops, opt, [&] {
+      y.matrix<float>().noalias() = a.matrix<float>() * b.matrix<float>();
+    });
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string recommendation(const std::string& simplest, const std::string& winner, double speedup) {
+  if (winner == simplest) return fmt::format("take {}: the simplest version wins", winner);
+  const double gain = speedup - 1;
+  if (gain < 0) {
+    return fmt::format("prefer {}: {} wins the most configurations but is {:.1f} % slower",
+                       simplest, winner, -100 * gain);
+  }
+  if (gain < 0.05) {
+    return fmt::format("prefer {}: {} is only {:.1f} % faster, not worth its complexity", simplest,
+                       winner, 100 * gain);
+  }
+  if (gain <= 0.10) {
+    return fmt::format("weigh it: {} is {:.1f} % faster than the simpler {}", winner, 100 * gain,
+                       simplest);
+  }
+  return fmt::format("take {}: {:.1f} % faster than the simpler {}", winner, 100 * gain, simplest);
+}
+
+std::string bench_report(const Family& f, std::span<const ConfigBench> results) {
+  std::string out;
+  std::map<std::string, int> wins;
+  std::map<std::string, double> total_ms;
+  for (const ConfigBench& r : results) {
+    const Timing& best = fastest(r);
+    ++wins[best.version];
+    out += fmt::format("\n{} {}: m {} n {} k {} block {}\n", f.name, r.config.name, r.config.m,
+                       r.config.n, r.config.k, r.config.block);
+    out += fmt::format("  {:<10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "version", "mean ms",
+                       "best ms", "std ms", "TFLOP/s", "% best", "x eigen");
+    for (const Timing& t : r.versions) {
+      total_ms[t.version] += t.mean_ms;
+      out += fmt::format("  {:<10} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f} {:>8.1f}% {:>9.2f}{}\n",
+                         t.version, t.mean_ms, t.best_ms, t.std_ms, t.tflops,
+                         100 * best.mean_ms / t.mean_ms, r.eigen.mean_ms / t.mean_ms,
+                         &t == &best ? "  *" : "");
+    }
+    out += fmt::format("  {:<10} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f}   (baseline, same run)\n",
+                       r.eigen.version, r.eigen.mean_ms, r.eigen.best_ms, r.eigen.std_ms,
+                       r.eigen.tflops);
+  }
+  if (results.empty()) return out;
+  out += "\nwins:";
+  for (const Version& v : f.versions) out += fmt::format(" {} {}", v.name, wins[v.name]);
+  std::string winner = f.versions.front().name;
+  for (const Version& v : f.versions) {
+    if (wins[v.name] > wins[winner] ||
+        (wins[v.name] == wins[winner] && total_ms[v.name] < total_ms[winner])) {
+      winner = v.name;
+    }
+  }
+  const std::string& simplest = f.versions.front().name;
+  // The winner's speed against the simplest version: the geometric mean over the
+  // configurations of the ratio of their mean times (each configuration counts alike).
+  double log_sum = 0;
+  for (const ConfigBench& r : results) {
+    const auto ms = [&](const std::string& v) {
+      return std::ranges::find(r.versions, v, &Timing::version)->mean_ms;
+    };
+    log_sum += std::log(ms(simplest) / ms(winner));
+  }
+  const double speedup = std::exp(log_sum / static_cast<double>(results.size()));
+  out += fmt::format("\noverall winner: {} ({} of {} configurations, {:.3f} ms in all)\n", winner,
+                     wins[winner], results.size(), total_ms[winner]);
+  out += fmt::format("{} against {}: {:.3f}x (geometric mean of the time ratios)\n", winner,
+                     simplest, speedup);
+  out += "recommendation: " + recommendation(simplest, winner, speedup) + "\n";
+  return out;
+}
+
+std::string bench_json(const Family& f, std::span<const ConfigBench> results) {
+  std::string out;
+  for (const ConfigBench& r : results) {
+    std::vector<const Timing*> all;
+    for (const Timing& t : r.versions) all.push_back(&t);
+    all.push_back(&r.eigen);
+    for (const Timing* t : all) {
+      const nlohmann::json j = {{"family", f.name},      {"config", r.config.name},
+                                {"m", r.config.m},       {"n", r.config.n},
+                                {"k", r.config.k},       {"block", r.config.block},
+                                {"version", t->version}, {"mean_ms", t->mean_ms},
+                                {"best_ms", t->best_ms}, {"std_ms", t->std_ms},
+                                {"tflops", t->tflops},   {"x_eigen", r.eigen.mean_ms / t->mean_ms}};
+      out += j.dump() + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace meshtest::kernels

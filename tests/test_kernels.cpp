@@ -1,0 +1,123 @@
+// The kernel-version harness: every version of every family against its reference on the
+// small configurations (the full suite is `meshtest-kernels test`), the fp8 matmul reference
+// against plain f64 loops, the measures on crafted outputs, and bad names.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "src/core/fp8.hpp"
+#include "src/kernels/bench.hpp"
+#include "src/kernels/family.hpp"
+#include "src/kernels/fp8_matmul.hpp"
+#include "tests/support/expect_error.hpp"
+
+namespace meshtest::kernels {
+namespace {
+
+TEST(Kernels, EveryVersionOfEveryFamilyPassesTheSmallConfigurations) {
+  for (const Family& f : families()) {
+    const std::vector<Check> checks = check_family(f, f.quick_configs);
+    EXPECT_EQ(checks.size(), f.versions.size() * f.quick_configs.size());
+    EXPECT_TRUE(all_pass(checks)) << correctness_report(checks);
+    for (const Check& c : checks) {
+      EXPECT_GT(c.pcc, 0.999999) << c.family << " " << c.version << " " << c.config;
+    }
+  }
+}
+
+TEST(Kernels, Fp8MatmulReferenceEqualsPlainLoops) {
+  // y[i][j] = sum_k (decode(xq) * xs)[i][k] * (decode(wq) * ws)[j][k], in f64 loops.
+  const Family& f = family("fp8_matmul");
+  for (const Config& c : f.quick_configs) {
+    const Inputs in = f.make_inputs(c);
+    const Tensor r = f.reference(in);
+    const Fp8MatmulOperands o = fp8_matmul_operands(in);
+    const auto value = [&](const BlockQuantized& q, std::int64_t row, std::int64_t col) {
+      const std::int64_t cols = q.codes.shape()[1], nbc = q.scales.shape()[1];
+      return static_cast<double>(
+                 fp8_decode(q.codes.data<std::uint8_t>()[row * cols + col], Fp8Format::e4m3fn)) *
+             q.scales.data<float>()[(row / q.block_rows) * nbc + col / q.block_cols];
+    };
+    double worst = 0;
+    for (std::int64_t i = 0; i < c.m; ++i) {
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (std::int64_t k = 0; k < c.k; ++k) s += value(o.x, i, k) * value(o.w, j, k);
+        worst =
+            std::max(worst, std::fabs(s - r.data<double>()[i * c.n + j]) / (std::fabs(s) + 1e-300));
+      }
+    }
+    EXPECT_LT(worst, 1e-12) << c.name;  // the same products, summed in another order
+  }
+}
+
+TEST(Kernels, MeasureFailsAVersionBeyondTheTolerance) {
+  const Tensor r = Tensor::from_vector<double>(Shape({2, 2}), {4, -2, 1, 0});
+  Tensor y = Tensor::from_vector<float>(Shape({2, 2}), {4, -2, 1, 0});
+  Check c = measure(r, y, 1e-5);
+  EXPECT_TRUE(c.pass);
+  EXPECT_EQ(c.max_rel, 0);
+  y.data<float>()[3] = 0.004f;  // 1e-3 of the largest |r|, where r is 0
+  c = measure(r, y, 1e-5);
+  EXPECT_FALSE(c.pass);
+  EXPECT_NEAR(c.max_rel, 1e-3, 1e-9);
+  EXPECT_NEAR(c.mean_rel, 0.25e-3, 1e-9);
+  EXPECT_NEAR(c.max_abs, 0.004, 1e-9);
+  y.data<float>()[3] = NAN;
+  EXPECT_FALSE(measure(r, y, 1.0).pass);
+  const std::string report = correctness_report(std::vector{c});
+  EXPECT_NE(report.find("FAIL"), std::string::npos) << report;
+  EXPECT_NE(report.find("1 of 1 checks FAILED"), std::string::npos) << report;
+}
+
+TEST(KernelBench, TheRecommendationRule) {
+  EXPECT_EQ(recommendation("v1", "v3", 1.04),
+            "prefer v1: v3 is only 4.0 % faster, not worth its complexity");
+  EXPECT_EQ(recommendation("v1", "v3", 1.07), "weigh it: v3 is 7.0 % faster than the simpler v1");
+  EXPECT_EQ(recommendation("v1", "v2", 1.5), "take v2: 50.0 % faster than the simpler v1");
+  EXPECT_EQ(recommendation("v1", "v3", 0.95),
+            "prefer v1: v3 wins the most configurations but is 5.0 % slower");
+  EXPECT_EQ(recommendation("v1", "v1", 1.0), "take v1: the simplest version wins");
+}
+
+TEST(KernelBench, TheReportMarksEachWinnerAndCountsWins) {
+  const Family& f = family("fp8_matmul");
+  const auto t = [](const char* v, double ms) {
+    return Timing{.version = v, .mean_ms = ms, .best_ms = ms, .std_ms = 0, .tflops = 1 / ms};
+  };
+  const std::vector<ConfigBench> r = {{.config = f.quick_configs[0],
+                                       .versions = {t("v1", 4), t("v2", 2), t("v3", 3)},
+                                       .eigen = t("eigen f32", 1)},
+                                      {.config = f.quick_configs[1],
+                                       .versions = {t("v1", 5), t("v2", 1), t("v3", 6)},
+                                       .eigen = t("eigen f32", 2)}};
+  const std::string s = bench_report(f, r);
+  EXPECT_NE(s.find("wins: v1 0 v2 2 v3 0"), std::string::npos) << s;
+  EXPECT_NE(s.find("overall winner: v2 (2 of 2 configurations, 3.000 ms in all)"),
+            std::string::npos)
+      << s;
+  // v1 / v2 time ratios 2 and 5: a geometric mean of sqrt(10).
+  EXPECT_NE(s.find("v2 against v1: 3.162x (geometric mean of the time ratios)"), std::string::npos)
+      << s;
+  EXPECT_NE(s.find("recommendation: take v2: 216.2 % faster than the simpler v1"),
+            std::string::npos)
+      << s;
+  // v2 on the first: 2 ms, the best (100 %), eigen 1 ms: 0.50 of it, marked.
+  EXPECT_NE(s.find("100.0%      0.50  *"), std::string::npos) << s;
+  EXPECT_EQ(std::ranges::count(s, '*'), 2) << s;
+}
+
+TEST(Kernels, UnknownNamesAreErrorsListingTheKnownOnes) {
+  test_support::expect_error([] { family("fp4_conv"); },
+                             {"no kernel family 'fp4_conv' (the families: fp8_matmul"});
+  test_support::expect_error([] { version(family("fp8_matmul"), "v9"); },
+                             {"fp8_matmul has no version 'v9' (its versions: v1, v2, v3)"});
+  Inputs in;
+  in.config = {"bad", 4, 4, 16, 16, 1e-5};
+  test_support::expect_error([&] { fp8_matmul_v1(in); }, {"4 operands (xq, xs, wq, ws)"});
+}
+
+}  // namespace
+}  // namespace meshtest::kernels
