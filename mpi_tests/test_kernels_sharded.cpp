@@ -1,0 +1,74 @@
+// Every version of every kernel family sharded over the mesh, column-parallel (N blocks split,
+// outputs gathered) and row-parallel (K blocks split, partial products summed), against the
+// same version's single-device run, on every small configuration; and the shards themselves:
+// whole blocks, their scales with them, every block on exactly one device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "dist/kernels/fp8_matmul_parallel.hpp"
+#include "dist/testing/fixtures.hpp"
+#include "src/kernels/fp8_matmul.hpp"
+
+namespace meshtest::dist::testing {
+namespace {
+
+using kernels::Check;
+using kernels::Config;
+using kernels::Family;
+using kernels::Version;
+
+TEST_F(MeshTest, EveryFp8MatmulVersionColumnAndRowParallelMatchesItsSingleDeviceRun) {
+  const Family& f = kernels::family("fp8_matmul");
+  for (const Config& c : f.quick_configs) {
+    const kernels::Inputs in = f.make_inputs(c);
+    for (const Version& v : f.versions) {
+      const Tensor single = v.run(in);
+      const Tensor col = fp8_matmul_column_parallel(mesh(), kAllAxes, v, in);
+      // Each output column is computed on one device from the same operands: only the GEMM's
+      // blocking (which depends on the shape) may order the sums differently.
+      const Check cc = kernels::measure(single, col, 1e-6);
+      EXPECT_TRUE(cc.pass) << v.name << " column-parallel on " << c.name << ": max rel "
+                           << cc.max_rel;
+      // Partial products summed by all_reduce: the K blocks' sums in another order.
+      const Tensor row = fp8_matmul_row_parallel(mesh(), kAllAxes, v, in);
+      const Check rc = kernels::measure(single, row, 1e-6);
+      EXPECT_TRUE(rc.pass) << v.name << " row-parallel on " << c.name << ": max rel " << rc.max_rel;
+    }
+  }
+}
+
+TEST_F(MeshTest, ShardsAreWholeBlocksWithTheirScalesAndCoverEveryBlockOnce) {
+  const Family& f = kernels::family("fp8_matmul");
+  const int p = mesh().axis_size(kAllAxes);
+  for (const Config& c : f.quick_configs) {
+    const kernels::Inputs in = f.make_inputs(c);
+    const std::int64_t nb = (c.n + c.block - 1) / c.block, kb = (c.k + c.block - 1) / c.block;
+    std::int64_t rows = 0, row_blocks = 0, cols = 0, col_blocks = 0;
+    for (int i = 0; i < p; ++i) {
+      const kernels::Inputs col = fp8_matmul_column_shard(in, p, i);
+      EXPECT_EQ(col.tensors[2].shape()[0], col.config.n);
+      EXPECT_EQ(col.tensors[3].shape()[0], (col.config.n + c.block - 1) / c.block);
+      EXPECT_TRUE(col.tensors[2].bitwise_equal(
+          in.tensors[2].slice(0, std::min(c.n, row_blocks * c.block), col.config.n)))
+          << c.name << " device " << i;
+      rows += col.config.n;
+      row_blocks += col.tensors[3].shape()[0];
+      const kernels::Inputs row = fp8_matmul_row_shard(in, p, i);
+      EXPECT_EQ(row.tensors[0].shape()[1], row.config.k);
+      EXPECT_EQ(row.tensors[1].shape()[1], row.tensors[3].shape()[1]);
+      EXPECT_TRUE(row.tensors[1].bitwise_equal(
+          in.tensors[1].slice(1, col_blocks, row.tensors[1].shape()[1])));
+      cols += row.config.k;
+      col_blocks += row.tensors[1].shape()[1];
+    }
+    EXPECT_EQ(rows, c.n) << c.name;
+    EXPECT_EQ(row_blocks, nb) << c.name;
+    EXPECT_EQ(cols, c.k) << c.name;
+    EXPECT_EQ(col_blocks, kb) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace meshtest::dist::testing
