@@ -11,6 +11,7 @@
 #include "src/kernels/bench.hpp"
 #include "src/kernels/family.hpp"
 #include "src/kernels/fp8_matmul.hpp"
+#include "src/ops/mxfp4.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::kernels {
@@ -50,6 +51,33 @@ TEST(Kernels, Fp8MatmulReferenceEqualsPlainLoops) {
       }
     }
     EXPECT_LT(worst, 1e-12) << c.name;  // the same products, summed in another order
+  }
+}
+
+TEST(Kernels, Mxfp4MatmulReferenceEqualsPlainLoops) {
+  // y[i][j] = sum_k x[i][k] * e2m1(code of w[j][k]) * 2^(scale - 127), in f64 loops.
+  const Family& f = family("mxfp4_matmul");
+  for (const Config& c : f.quick_configs) {
+    const Inputs in = f.make_inputs(c);
+    const Tensor r = f.reference(in);
+    const auto* x = in.tensors[0].data<float>();
+    const auto* blocks = in.tensors[1].data<std::uint8_t>();
+    const auto* scales = in.tensors[2].data<std::uint8_t>();
+    const std::int64_t nb = c.k / 32;
+    double worst = 0;
+    for (std::int64_t i = 0; i < c.m; ++i) {
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (std::int64_t k = 0; k < c.k; ++k) {
+          const std::uint8_t byte = blocks[(j * nb + k / 32) * 16 + k % 32 / 2];
+          const auto code = static_cast<std::uint8_t>(k % 2 == 0 ? byte & 0x0F : byte >> 4);
+          s += x[i * c.k + k] * e2m1_value(code) * std::ldexp(1.0, scales[j * nb + k / 32] - 127);
+        }
+        worst =
+            std::max(worst, std::fabs(s - r.data<double>()[i * c.n + j]) / (std::fabs(s) + 1e-300));
+      }
+    }
+    EXPECT_LT(worst, 1e-12) << c.name;
   }
 }
 

@@ -11,11 +11,12 @@
 #include "src/check/metrics.hpp"
 #include "src/core/error.hpp"
 #include "src/kernels/fp8_matmul.hpp"
+#include "src/kernels/mxfp4_matmul.hpp"
 
 namespace meshtest::kernels {
 
 const std::vector<Family>& families() {
-  static const std::vector<Family> all = {fp8_matmul_family()};
+  static const std::vector<Family> all = {fp8_matmul_family(), mxfp4_matmul_family()};
   return all;
 }
 
