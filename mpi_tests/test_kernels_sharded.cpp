@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dist/kernels/fp8_matmul_parallel.hpp"
+#include "dist/kernels/mxfp4_matmul_parallel.hpp"
 #include "dist/testing/fixtures.hpp"
 #include "src/kernels/fp8_matmul.hpp"
 
@@ -36,6 +37,44 @@ TEST_F(MeshTest, EveryFp8MatmulVersionColumnAndRowParallelMatchesItsSingleDevice
       const Check rc = kernels::measure(single, row, 1e-6);
       EXPECT_TRUE(rc.pass) << v.name << " row-parallel on " << c.name << ": max rel " << rc.max_rel;
     }
+  }
+}
+
+TEST_F(MeshTest, EveryMxfp4MatmulVersionColumnAndRowParallelMatchesItsSingleDeviceRun) {
+  const Family& f = kernels::family("mxfp4_matmul");
+  for (const Config& c : f.quick_configs) {
+    const kernels::Inputs in = f.make_inputs(c);
+    for (const Version& v : f.versions) {
+      const Tensor single = v.run(in);
+      const Check cc =
+          kernels::measure(single, mxfp4_matmul_column_parallel(mesh(), kAllAxes, v, in), 1e-6);
+      EXPECT_TRUE(cc.pass) << v.name << " column-parallel on " << c.name << ": max rel "
+                           << cc.max_rel;
+      const Check rc =
+          kernels::measure(single, mxfp4_matmul_row_parallel(mesh(), kAllAxes, v, in), 1e-6);
+      EXPECT_TRUE(rc.pass) << v.name << " row-parallel on " << c.name << ": max rel " << rc.max_rel;
+    }
+  }
+}
+
+TEST_F(MeshTest, Mxfp4ShardsCoverEveryRowAndBlockOnce) {
+  const Family& f = kernels::family("mxfp4_matmul");
+  const int p = mesh().axis_size(kAllAxes);
+  for (const Config& c : f.quick_configs) {
+    const kernels::Inputs in = f.make_inputs(c);
+    std::int64_t rows = 0, cols = 0;
+    for (int i = 0; i < p; ++i) {
+      const kernels::Inputs col = mxfp4_matmul_column_shard(in, p, i);
+      EXPECT_TRUE(col.tensors[1].bitwise_equal(in.tensors[1].slice(0, rows, col.config.n)));
+      EXPECT_TRUE(col.tensors[2].bitwise_equal(in.tensors[2].slice(0, rows, col.config.n)));
+      rows += col.config.n;
+      const kernels::Inputs row = mxfp4_matmul_row_shard(in, p, i);
+      EXPECT_EQ(row.tensors[0].shape()[1], row.tensors[1].shape()[1] * 32);
+      EXPECT_TRUE(row.tensors[0].bitwise_equal(in.tensors[0].slice(1, cols, row.config.k)));
+      cols += row.config.k;
+    }
+    EXPECT_EQ(rows, c.n) << c.name;
+    EXPECT_EQ(cols, c.k) << c.name;
   }
 }
 

@@ -3,8 +3,7 @@
 
 #include <algorithm>
 
-#include "dist/ccl/all_gather.hpp"
-#include "dist/ccl/all_reduce.hpp"
+#include "dist/kernels/parallel.hpp"
 #include "src/kernels/fp8_matmul.hpp"
 
 namespace meshtest::dist {
@@ -47,16 +46,12 @@ kernels::Inputs fp8_matmul_row_shard(const kernels::Inputs& in, int parts, int i
 
 Tensor fp8_matmul_column_parallel(const MeshDevice& mesh, int axis, const kernels::Version& v,
                                   const kernels::Inputs& in) {
-  const kernels::Inputs local =
-      fp8_matmul_column_shard(in, mesh.axis_size(axis), mesh.axis_index(axis));
-  return all_gather(mesh, v.run(local), {.dim = 1, .axis = axis});
+  return gather_columns(mesh, axis, v, in, fp8_matmul_column_shard);
 }
 
 Tensor fp8_matmul_row_parallel(const MeshDevice& mesh, int axis, const kernels::Version& v,
                                const kernels::Inputs& in) {
-  const kernels::Inputs local =
-      fp8_matmul_row_shard(in, mesh.axis_size(axis), mesh.axis_index(axis));
-  return all_reduce(mesh, v.run(local), {.axis = axis, .op = ReduceOp::sum});
+  return sum_partials(mesh, axis, v, in, fp8_matmul_row_shard);
 }
 
 }  // namespace meshtest::dist

@@ -20,7 +20,7 @@ struct Timing {
 struct ConfigBench {
   Config config;
   std::vector<Timing> versions;
-  Timing eigen;  ///< Eigen's f32 GEMM [m, k] x [k, n]
+  Timing eigen;  ///< Eigen's f32 GEMM y = a · bᵀ, a [m, k], b [n, k] (the weight's layout)
 };
 
 struct BenchOptions {
