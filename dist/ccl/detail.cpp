@@ -1,6 +1,8 @@
 // The common work of every collective: checks, metadata agreement, MPI datatype and op maps.
 #include "dist/ccl/detail.hpp"
 
+#include "dist/ccl/group_calls.hpp"
+
 #include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/shm.hpp"
 
@@ -9,12 +11,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <map>
-#include <mutex>
-#include <numeric>
-#include <set>
 
 namespace meshtest::dist {
 
@@ -82,93 +80,11 @@ Bf16Registry& bf16_registry() {
   return r;
 }
 
-/// The count of the calls that agreed on `comm` (every device of the group counts the same,
-/// as every device calls the same collectives in the same order) and the group's ranks in
-/// MPI_COMM_WORLD. Every live one is listed in live_groups(), for ccl_group_counts.
-struct GroupCalls {
-  explicit GroupCalls(MPI_Comm comm);
-  ~GroupCalls();
-  GroupCalls(const GroupCalls&) = delete;
-  GroupCalls& operator=(const GroupCalls&) = delete;
-
-  std::atomic<std::uint64_t> n = 0;  // read by ccl_group_counts on another thread
-  const std::vector<int> members;
-};
-
-struct LiveGroups {
-  std::mutex mutex;
-  std::set<const GroupCalls*> all;
-  /// Communicators freed since ccl_forget_freed_groups: their ranks and the most calls.
-  std::map<std::vector<int>, std::uint64_t> freed;
-};
-
-LiveGroups& live_groups() {
-  static LiveGroups* g = new LiveGroups;  // never destroyed: comms may be freed at exit
-  return *g;
-}
-
-std::vector<int> world_ranks(MPI_Comm comm) {
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  MESHTEST_MPI(MPI_Comm_group(comm, &group));
-  MESHTEST_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  int n = 0;
-  MESHTEST_MPI(MPI_Group_size(group, &n));
-  std::vector<int> mine(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
-  std::iota(mine.begin(), mine.end(), 0);
-  MESHTEST_MPI(MPI_Group_translate_ranks(group, n, mine.data(), world, out.data()));
-  MESHTEST_MPI(MPI_Group_free(&group));
-  MESHTEST_MPI(MPI_Group_free(&world));
-  return out;
-}
-
-GroupCalls::GroupCalls(MPI_Comm comm) : members(world_ranks(comm)) {
-  LiveGroups& g = live_groups();
-  std::lock_guard lock(g.mutex);
-  g.all.insert(this);
-}
-
-GroupCalls::~GroupCalls() {
-  LiveGroups& g = live_groups();
-  std::lock_guard lock(g.mutex);
-  g.all.erase(this);
-  if (n > 0) {
-    std::uint64_t& most = g.freed[members];
-    most = std::max<std::uint64_t>(most, n);
-  }
-}
-
-GroupCalls& group_calls(MPI_Comm comm) {
-  GroupCalls* c = CommAttribute<GroupCalls>::find(comm);
-  if (c == nullptr) c = CommAttribute<GroupCalls>::attach(comm, std::make_unique<GroupCalls>(comm));
-  return *c;
-}
-
 std::string show(const AgreedOption& o, std::int64_t v) {
   return o.show != nullptr ? o.show(v) : std::to_string(v);
 }
 
 }  // namespace
-
-}  // namespace detail
-
-std::vector<GroupCount> ccl_group_counts() {
-  detail::LiveGroups& g = detail::live_groups();
-  std::lock_guard lock(g.mutex);
-  std::vector<GroupCount> out;
-  for (const detail::GroupCalls* c : g.all) {
-    if (c->n > 0) out.push_back({.members = c->members, .calls = c->n});
-  }
-  for (const auto& [members, calls] : g.freed) out.push_back({.members = members, .calls = calls});
-  return out;
-}
-
-void ccl_forget_freed_groups() {
-  detail::LiveGroups& g = detail::live_groups();
-  std::lock_guard lock(g.mutex);
-  g.freed.clear();
-}
-
-namespace detail {
 
 std::string show_reduce_op(std::int64_t op) {
   return std::string(reduce_op_name(static_cast<ReduceOp>(op)));
