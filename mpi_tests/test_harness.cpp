@@ -191,14 +191,16 @@ TEST_F(MeshTest, ShardedOpMatchesItsReference) {
 }
 
 TEST_F(MeshTest, ShardedOpMismatchIsReportedOnceWithItsOwningDevice) {
+  // [2p, 2] rows split over p devices: every device holds two rows, the last one included.
   const int last = mesh().size() - 1;
+  const std::int64_t rows = 2 * static_cast<std::int64_t>(mesh().size());
   ::testing::TestPartResultArray failures;
   Comparison c;
   {
     ::testing::ScopedFakeTestPartResultReporter fake(
         ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
     c = expect_matches_single_device(
-        mesh(), {{.full = iota(Shape({8, 2})), .placements = placements_1d(Shard{0})}},
+        mesh(), {{.full = iota(Shape({rows, 2})), .placements = placements_1d(Shard{0})}},
         [](const std::vector<Tensor>& full) { return times_two(full[0]); },
         [last](const MeshDevice& m, const std::vector<Tensor>& local) {
           Tensor y = times_two(local[0]);
@@ -215,8 +217,9 @@ TEST_F(MeshTest, ShardedOpMismatchIsReportedOnceWithItsOwningDevice) {
     const std::string m = failures.GetTestPartResult(0).message();
     HAS_TEXT(m, "(bad)");
     HAS_TEXT(m, fmt::format("mesh 1x{}", mesh().size()));
-    HAS_TEXT(m, "input 0: [8, 2] [Replicate, Shard(0)]");
-    HAS_TEXT(m, fmt::format("worst element index 15 at [7, 1] on device {}", last));
+    HAS_TEXT(m, fmt::format("input 0: [{}, 2] [Replicate, Shard(0)]", rows));
+    HAS_TEXT(m, fmt::format("worst element index {} at [{}, 1] on device {}", 2 * rows - 1,
+                            rows - 1, last));
   }
 }
 
