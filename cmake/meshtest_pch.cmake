@@ -1,0 +1,31 @@
+# meshtest_pch(<target> <group> <header>...): precompiled headers shared by a group of targets.
+# The first target of a group precompiles the headers; every later target of the group reuses
+# that PCH (REUSE_FROM), so the heavy third-party headers (Eigen, fmt, GoogleTest, MPI) are
+# parsed once per group instead of once per file. The targets of a group must compile with the
+# same flags (they do: one CMakeLists each). MESHTEST_PCH=OFF turns it off (clang-tidy runs,
+# or to check that every file includes what it uses).
+include_guard(GLOBAL)
+
+option(MESHTEST_PCH "Precompile the common third-party headers once per group of targets" ON)
+
+function(meshtest_pch target group)
+  if(NOT MESHTEST_PCH)
+    return()
+  endif()
+  get_property(owner GLOBAL PROPERTY MESHTEST_PCH_OWNER_${group})
+  if(owner)
+    target_precompile_headers(${target} REUSE_FROM ${owner})
+  else()
+    target_precompile_headers(${target} PRIVATE ${ARGN})
+    set_property(GLOBAL PROPERTY MESHTEST_PCH_OWNER_${group} ${target})
+  endif()
+endfunction()
+
+# The headers of each group: what nearly every file of it includes.
+set(MESHTEST_PCH_CORE <algorithm> <cmath> <cstdint> <functional> <map> <memory> <span> <string>
+                      <string_view> <vector> <Eigen/Dense> <fmt/format.h> <fmt/ranges.h>)
+set(MESHTEST_PCH_DIST ${MESHTEST_PCH_CORE} <mpi.h>)
+set(MESHTEST_PCH_UNIT ${MESHTEST_PCH_CORE} <gtest/gtest.h> <gmock/gmock.h>
+                      [["src/core/tensor.hpp"]])
+set(MESHTEST_PCH_MPI ${MESHTEST_PCH_DIST} <gtest/gtest.h> <gmock/gmock.h>
+                     [["src/core/tensor.hpp"]] [["dist/mesh/mesh_device.hpp"]])
