@@ -27,14 +27,14 @@ struct Problem {
 };
 
 // T tokens, E experts, hidden H, intermediate I; token t's experts are `experts[t*k + j]`.
-// Small weights keep every swiglu input well inside the clamp.
+// Small weights (mlp1's scaled by 1/sqrt(H)) keep every swiglu input well inside the clamp.
 Problem make_problem(std::int64_t T, std::int64_t E, std::int64_t H, std::int64_t I, std::int64_t k,
                      std::vector<std::int64_t> experts, std::uint64_t seed) {
   const auto normal = [&](Shape s, std::uint64_t stream, double std) {
     return random_normal(s, DType::f64, {.seed = seed, .stream = stream}, 0, std);
   };
   Problem p{.t = normal(Shape{T, H}, 0, 1),
-            .w1 = normal(Shape{E, 2 * I, H}, 1, 0.5),
+            .w1 = normal(Shape{E, 2 * I, H}, 1, 1 / std::sqrt(static_cast<double>(H))),
             .b1 = normal(Shape{E, 2 * I}, 2, 0.5),
             .w2 = normal(Shape{E, H, I}, 3, 0.5),
             .b2 = normal(Shape{E, H}, 4, 0.5),
@@ -74,8 +74,9 @@ double distance_to_clamp(const Problem& p, double limit) {
   return m;
 }
 
-// Every element of every input against a central difference of loss().
-void expect_matches_finite_differences(Problem p, const std::string& label) {
+// Every `stride`-th element of every input against a central difference of step h of loss().
+void expect_matches_finite_differences(Problem p, const std::string& label, std::int64_t stride = 1,
+                                       double h = 1e-6) {
   const MoeGrads g = moe_backward(p.t, p.r, p.w1, p.b1, p.w2, p.b2, p.grad_out);
   const std::vector<std::pair<std::string, std::pair<Tensor*, const Tensor*>>> inputs{
       {"t", {&p.t, &g.t}},
@@ -84,12 +85,11 @@ void expect_matches_finite_differences(Problem p, const std::string& label) {
       {"mlp1_bias", {&p.b1, &g.mlp1_bias}},
       {"mlp2_weight", {&p.w2, &g.mlp2_weight}},
       {"mlp2_bias", {&p.b2, &g.mlp2_bias}}};
-  const double h = 1e-6;
   for (const auto& [name, tensors] : inputs) {
     auto [x, grad] = tensors;
     ASSERT_EQ(grad->shape(), x->shape()) << label << " " << name;
     ASSERT_EQ(grad->dtype(), DType::f64) << label << " " << name;
-    for (std::int64_t i = 0; i < x->numel(); ++i) {
+    for (std::int64_t i = 0; i < x->numel(); i += stride) {
       double& v = x->span<double>()[i];
       const double saved = v;
       v = saved + h;
@@ -145,6 +145,14 @@ TEST(MoeBackward, ExpertWithoutTokensHasZeroGradients) {
   expect_zero(g.mlp1_bias, 2, "mlp1_bias");
   expect_zero(g.mlp2_weight, 2, "mlp2_weight");
   expect_zero(g.mlp2_bias, 2, "mlp2_bias");
+}
+
+TEST(MoeBackward, LargeHiddenTwoTokens) {
+  // hidden 8192: every 997th element of each input against its central difference, with a
+  // larger step (the loss sums 16384 terms, so its rounding over 2h is larger).
+  const Problem p = make_problem(2, 3, 8192, 2, 2, {2, 0, 1, 2}, 67);
+  ASSERT_GT(distance_to_clamp(p, kSwigluLimit), 1e-3);
+  expect_matches_finite_differences(p, "hidden 8192", 997, 1e-4);
 }
 
 TEST(MoeBackward, NoTokens) {
