@@ -23,7 +23,8 @@ struct MaskSpec {
 /// The mask as a tensor: [Tq, Tk] of `dtype` with 0 where visible and −inf where masked
 /// (additive). Query i sits at q_offset + i, key j at k_offset + j; key_padding (empty, or
 /// [Tk] with nonzero = padding) masks those keys for every query.
-/// Throws Error for a negative window or a padding of the wrong length.
+/// Throws Error for a negative window, Tq or Tk, a padding of the wrong length, or a dtype other
+/// than f32, f64 or bf16.
 Tensor attention_mask(std::int64_t tq, std::int64_t tk, const MaskSpec& m,
                       std::int64_t q_offset = 0, std::int64_t k_offset = 0,
                       std::span<const std::uint8_t> key_padding = {}, DType dtype = DType::f32);

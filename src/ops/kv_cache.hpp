@@ -26,9 +26,10 @@ class KvCache {
   [[nodiscard]] Tensor keys(std::int64_t begin, std::int64_t end) const;
   [[nodiscard]] Tensor values(std::int64_t begin, std::int64_t end) const;
   /// The window ending at `pos` (inclusive) of at most `window` positions (0: from position 0):
-  /// [max(0, pos + 1 − window), pos + 1). Returns the first position of it.
+  /// [max(0, pos + 1 − window), pos + 1). Returns the first position of it. Throws Error for a
+  /// pos outside [0, max_len) or a negative window.
   [[nodiscard]] std::int64_t window_begin(std::int64_t pos, std::int64_t window) const;
-  /// Whether position p has been written.
+  /// Whether position p has been written. Throws Error for a p outside [0, max_len).
   [[nodiscard]] bool written(std::int64_t p) const;
   /// One past the highest written position (0 when empty).
   [[nodiscard]] std::int64_t length() const;
@@ -40,8 +41,8 @@ class KvCache {
 
  private:
   std::int64_t max_len_, kv_heads_, head_dim_;
-  Tensor k_, v_;                // [max_len, kv_heads, head_dim]
-  std::vector<bool> written_;   // [max_len]
+  Tensor k_, v_;               // [max_len, kv_heads, head_dim]
+  std::vector<bool> written_;  // [max_len]
 };
 
 }  // namespace meshtest
