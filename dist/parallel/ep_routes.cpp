@@ -15,15 +15,6 @@
 #include "src/ops/moe_balance.hpp"
 
 namespace meshtest::dist::ep_detail {
-namespace {
-
-// A permutation of no rows over no experts (the receiver of a device that holds none).
-Permutation empty_permutation() {
-  return {.num_tokens = 0, .k = 1, .num_experts = 0, .slots = {}, .offsets = {0}, .dropped = {}};
-}
-
-}  // namespace
-
 Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights& w,
                    const MoeParams& p, const EpOptions& o) {
   const ExpertPlacement& pl = w.placement;
@@ -37,7 +28,7 @@ Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights&
     for (const std::int64_t e : pl.experts_of[d]) position[e] = first[d + 1]++;
     widest = std::max(widest, pl.experts_of[d].size());
   }
-  Routing placed{.num_tokens = r.num_tokens, .k = r.k, .experts = r.experts, .weights = r.weights};
+  Routing placed{.num_tokens = r.num_tokens, .k = r.k, .experts = r.experts, .weights = {}};
   for (std::int64_t& e : placed.experts) e = position[e];
   Routes routes;
   routes.send = make_permutation(placed, pl.num_experts);
@@ -70,8 +61,7 @@ Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights&
                            static_cast<std::int64_t>(i));
     }
   }
-  routes.recv = mine == 0 ? empty_permutation()
-                          : permute_top1(expert_of_row, static_cast<std::int64_t>(mine));
+  routes.recv = permute_top1(expert_of_row, static_cast<std::int64_t>(mine));
   if (!o.capacity_factor) return routes;
   const std::int64_t capacity =
       expert_capacity(total_tokens, p.experts_per_token, pl.num_experts, *o.capacity_factor);
@@ -80,11 +70,9 @@ Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights&
     weights = all_to_all_v(mesh, gather_slots(r.weights, routes.send), routes.send_counts,
                            {.axis = o.ep_axis});
   }
-  std::int64_t dropped = 0;
-  if (mine > 0) {
-    dropped = apply_capacity(routes.recv, capacity, o.drop_policy,
-                             o.drop_policy == DropPolicy::LowestWeight ? &weights : nullptr);
-  }
+  const std::int64_t dropped =
+      apply_capacity(routes.recv, capacity, o.drop_policy,
+                     o.drop_policy == DropPolicy::LowestWeight ? &weights : nullptr);
   Tensor total = Tensor::from_vector(Shape{1}, std::vector<std::int64_t>{dropped});
   all_reduce_inplace(mesh, total, {.axis = o.ep_axis});
   routes.dropped = total.span<std::int64_t>()[0];
