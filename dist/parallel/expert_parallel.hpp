@@ -12,8 +12,9 @@
 // per-expert counts exchanged first (all_to_all on the EP axis), then the token rows
 // (all_to_all_v); the receiver optionally applies the capacity (in global token order, so it
 // equals the single-device capacity) and runs its experts as grouped GEMMs; the partial mlp2
-// products are summed over the TP axis (all_reduce); the rows go back by the reverse
-// all_to_all_v; the sender adds each expert's mlp2 bias, weights and sums them (unpermute);
+// products are summed over the TP axis (all_reduce), the mlp2 bias joining once (TP device 0
+// adds it in its GEMM, so a dropped row, never computed, stays zero with no bias); the rows go
+// back by the reverse all_to_all_v; the sender weights and sums them (unpermute);
 // out = x + that. A device holding no experts, or no tokens, still joins every exchange.
 //
 // Every function is collective over the whole mesh: all devices call it with the same

@@ -59,6 +59,7 @@ struct EpCase {
   std::int64_t experts = 5;
   std::int64_t k = 2;
   std::int64_t hidden = 16;
+  std::int64_t units_per_tp = 2;  ///< intermediate units per TP device (I = units_per_tp · tp)
   DType dtype = DType::f64;
   ExpertAssignment assignment = ExpertAssignment::Contiguous;
   std::optional<double> capacity = std::nullopt;
@@ -106,14 +107,14 @@ inline std::vector<bool> dropped_slots(const Routing& r, std::int64_t experts, d
   return dropped;
 }
 
-/// Builds the problem of `c` for a TP axis of `tp` devices (intermediate 2 tp: two units each).
+/// Builds the problem of `c` for a TP axis of `tp` devices (intermediate c.units_per_tp · tp).
 inline Problem make_problem(const EpCase& c, int tp) {
   Problem pb;
   pb.config = GptOssConfig::tiny();
   pb.config.num_experts = c.experts;
   pb.config.experts_per_token = c.k;
   pb.config.hidden_size = c.hidden;
-  pb.config.intermediate_size = 2 * tp;
+  pb.config.intermediate_size = c.units_per_tp * tp;
   pb.full = init_mlp_weights(pb.config, 0, c.dtype, RandomInit{c.seed});
   if (c.only_expert >= 0) {  // equal logits but one: ties go to the lower ids
     std::vector<double> bias(static_cast<std::size_t>(c.experts), 0.0);
