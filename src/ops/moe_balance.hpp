@@ -18,15 +18,17 @@ namespace meshtest {
 double load_balancing_loss(const Tensor& probs, const Routing& r);
 
 /// Tokens (slots) per expert: counts[e] = #slots routed to e.   -> [E]
+/// Throws Error for E < 1, a routing whose experts are not T*k long, or an id outside [0, E).
 std::vector<std::int64_t> expert_load(const Routing& r, std::int64_t num_experts);
 
 /// Experts placed on the devices of an axis.
 struct ExpertPlacement {
   std::int64_t num_experts = 0;
   int num_devices = 0;
-  std::vector<int> device_of;                       ///< [E]: the device holding expert e
+  std::vector<int> device_of;                         ///< [E]: the device holding expert e
   std::vector<std::vector<std::int64_t>> experts_of;  ///< [D]: its experts, ascending
-  /// The position of expert e among its device's experts.
+  /// The position of expert e among its device's experts. Throws Error for e outside
+  /// [0, E) or an e its device does not list.
   [[nodiscard]] std::int64_t local_index(std::int64_t e) const;
 };
 
@@ -46,8 +48,8 @@ ExpertPlacement balanced_placement(std::span<const std::int64_t> load, int num_d
 /// views agree (names the first expert missing or placed twice).
 void check_placement(const ExpertPlacement& p);
 
-/// The tokens (slots) each device receives under placement p: [D].
-std::vector<std::int64_t> device_load(const ExpertPlacement& p,
-                                      std::span<const std::int64_t> load);
+/// The tokens (slots) each device receives under placement p: [D]. Throws Error for an
+/// inconsistent p (check_placement) or a load that is not [E].
+std::vector<std::int64_t> device_load(const ExpertPlacement& p, std::span<const std::int64_t> load);
 
 }  // namespace meshtest

@@ -34,6 +34,7 @@ Routing gate(const Tensor& logits, std::int64_t k, const GatingOptions& o = {});
 /// Softmax over every row of the logits (the router probabilities P of the auxiliary loss),
 /// computed in f64 for f64 and f32 otherwise, returned as f32 (f64 for f64).
 ///   logits: [T, E] -> [T, E]
+/// Throws Error for logits that are not a floating [T, E] or hold a NaN.
 Tensor router_probabilities(const Tensor& logits);
 
 }  // namespace meshtest

@@ -35,23 +35,27 @@ struct Permutation {
 Permutation permute_top1(std::span<const std::int64_t> expert_of, std::int64_t num_experts);
 
 /// v2 (top-k): every slot of the routing, so each token is copied to its k experts.
-/// Throws Error for an expert id outside [0, num_experts) or a routing whose sizes disagree.
+/// Throws Error for an expert id outside [0, num_experts) or a routing whose sizes disagree
+/// (experts not T*k long, or weights, when set, not [T, k]).
 Permutation make_permutation(const Routing& r, std::int64_t num_experts);
 
 /// Which slots an expert over capacity drops.
 enum class DropPolicy {
-  TokenOrder,      ///< keep the first `capacity` slots in slot (token) order, drop the rest
-  LowestWeight,    ///< keep the `capacity` slots of largest routing weight (ties: lower slot)
+  TokenOrder,    ///< keep the first `capacity` slots in slot (token) order, drop the rest
+  LowestWeight,  ///< keep the `capacity` slots of largest routing weight (ties: lower slot)
 };
 
-/// The capacity of each expert: ceil(T * k / E * factor). Throws Error for a negative or
-/// non-finite factor (a factor of 0 gives capacity 0: every slot dropped).
+/// The capacity of each expert: ceil(T * k / E * factor), in double, capped at T * k (no
+/// expert can receive more, so a huge factor keeps every slot). Throws Error for a negative or
+/// non-finite factor (a factor of 0 gives capacity 0: every slot dropped), T < 0, k < 1 or
+/// E < 1.
 std::int64_t expert_capacity(std::int64_t num_tokens, std::int64_t k, std::int64_t num_experts,
                              double factor);
 
 /// Drops the slots over `capacity` from every expert of `p` by `policy` (LowestWeight reads
 /// the routing weights [T, k]); the dropped slots are added to p.dropped. Returns the number
-/// dropped by this call. Throws Error for a negative capacity or weights of the wrong shape.
+/// dropped by this call. Throws Error for a negative capacity, an inconsistent p, or (for
+/// LowestWeight) weights missing, of the wrong shape or holding a NaN.
 std::int64_t apply_capacity(Permutation& p, std::int64_t capacity,
                             DropPolicy policy = DropPolicy::TokenOrder,
                             const Tensor* weights = nullptr);
@@ -68,7 +72,8 @@ Tensor unpermute(const Tensor& y, const Permutation& p, const Tensor& weights);
 
 /// Throws Error unless p is a consistent permutation (offsets monotone from 0 to rows(), every
 /// slot in [0, T*k) once across slots and dropped, each kept slot's routing in its segment when
-/// r is given). Used by the expert-parallel code on what it receives.
+/// r is given). The order of slots within a segment is not checked. Used by the
+/// expert-parallel code on what it receives.
 void check_permutation(const Permutation& p, const Routing* r = nullptr);
 
 }  // namespace meshtest
