@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "src/ops/attention_mask.hpp"
 #include "src/ops/compute.hpp"
 #include "src/perf/profiler.hpp"
 
@@ -22,10 +23,8 @@ using StridedMap = Eigen::Map<const RowMatrix<C>, 0, Eigen::OuterStride<>>;
 template <class C>
 void sink_softmax_row(RowMatrix<C>& logits, Eigen::Index i, C sink, const SdpaOptions& o) {
   const std::int64_t q_pos = o.q_offset + i;
-  const auto visible = [&](Eigen::Index j) {
-    const std::int64_t k_pos = o.k_offset + j;
-    return k_pos <= q_pos && (o.sliding_window <= 0 || q_pos - k_pos < o.sliding_window);
-  };
+  const MaskSpec mask{.causal = true, .sliding_window = o.sliding_window};
+  const auto visible = [&](Eigen::Index j) { return key_visible(q_pos, o.k_offset + j, mask); };
   C max = sink;
   for (Eigen::Index j = 0; j < logits.cols(); ++j) {
     if (visible(j)) max = std::max(max, logits(i, j));

@@ -1,0 +1,147 @@
+// expert_parallel: the gpt-oss MoE MLP block with its experts placed on the devices of one mesh
+// axis (expert parallelism, EP) and their intermediate units split over the other (TP).
+//
+// Layout on an R x C mesh with EP on axis A (EpOptions::ep_axis) and TP on axis 1 − A:
+//   - the tokens are split over the EP axis (array_split, Shard(0)) and replicated over TP, as
+//     tensor_parallel.hpp places activations with tp_axis = 1 − A;
+//   - expert e lives on EP device placement.device_of[e] (contiguous by the array_split rule, or
+//     balanced by load); its mlp1/mlp2 weights are split over the TP axis as tp_shard does, so a
+//     device holds [E_local, 2I/tp, hidden] and [E_local, hidden, I/tp];
+//   - the router (norm, gate) is replicated and runs on the local tokens.
+// The block: t = rms_norm(x); r = top-k router; rows grouped by destination device and expert;
+// per-expert counts exchanged first (all_to_all on the EP axis), then the token rows
+// (all_to_all_v); the receiver optionally applies the capacity (in global token order, so it
+// equals the single-device capacity) and runs its experts as grouped GEMMs; the partial mlp2
+// products are summed over the TP axis (all_reduce), the mlp2 bias joining once (TP device 0
+// adds it in its GEMM, so a dropped row, never computed, stays zero with no bias); the rows go
+// back by the reverse all_to_all_v; the sender weights and sums them (unpermute);
+// out = x + that. A device holding no experts, or no tokens, still joins every exchange.
+//
+// Every function is collective over the whole mesh: all devices call it with the same
+// arguments apart from their own shards, and run the same CCLs in the same order. Bad input
+// throws the same meshtest::Error on every device before any communication.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/tp_shard.hpp"
+#include "dist/shard/placement.hpp"
+#include "src/core/tensor.hpp"
+#include "src/models/gpt_oss_config.hpp"
+#include "src/ops/moe.hpp"
+#include "src/ops/moe_balance.hpp"
+#include "src/ops/moe_grad.hpp"
+#include "src/ops/moe_permute.hpp"
+
+namespace meshtest::dist {
+
+/// How experts are placed on the EP axis.
+enum class ExpertAssignment { Contiguous, Balanced };
+
+/// Options of the expert-parallel block.
+struct EpOptions {
+  int ep_axis = 0;  ///< the mesh axis of experts (and tokens); TP runs on 1 − ep_axis
+  /// Capacity factor (expert_capacity over the global token count); none: no token is dropped.
+  std::optional<double> capacity_factor = std::nullopt;
+  DropPolicy drop_policy = DropPolicy::TokenOrder;
+};
+
+/// The TP axis of `o`: 1 − ep_axis. Throws Error unless ep_axis is 0 or 1 (the same on every
+/// device: it is an argument, checked before any communication).
+int ep_tp_axis(const EpOptions& o);
+/// This device's place on the EP axis: {size, index} (TpRank's fields, for the EP axis).
+TpRank ep_rank(const MeshDevice& mesh, const EpOptions& o = {});
+/// This device's place on the TP axis (1 − ep_axis); {1, 0} on a 1-D EP mesh.
+TpRank ep_tp_rank(const MeshDevice& mesh, const EpOptions& o = {});
+/// Placements of activations [T, hidden]: Shard(0) on the EP axis, Replicate on the TP axis
+/// (tp_activation_placements with tp_axis = 1 − ep_axis).
+Placements ep_activation_placements(const EpOptions& o = {});
+
+/// The experts of `num_experts` placed on `num_devices` devices: contiguous_placement, or
+/// balanced_placement of `load` ([E] slots per expert, e.g. global_expert_load). Throws Error
+/// for E < 1, D < 1, or a Balanced assignment whose load does not have E entries.
+ExpertPlacement place_experts(ExpertAssignment a, std::int64_t num_experts, int num_devices,
+                              std::span<const std::int64_t> load = {});
+
+/// Collective over the EP axis: the slots routed to each expert by the tokens of every device
+/// of this device's EP group (expert_load of the local routing, summed over the EP axis), so
+/// every device computes the same balanced placement. r: the routing of the local tokens.
+///   -> [E]. Throws Error (on every device) for an expert id outside [0, E).
+std::vector<std::int64_t> global_expert_load(const MeshDevice& mesh, const Routing& r,
+                                             std::int64_t num_experts, const EpOptions& o = {});
+
+/// The MLP weights an EP device holds: the replicated router (mlp.norm_scale [hidden],
+/// mlp.gate_weight [E, hidden], mlp.gate_bias [E]) and its experts placement.experts_of[device]
+/// (ascending) with the TP slice of their units, as tp_shard slices them:
+/// mlp.mlp1_weight [E_local, 2I/tp, hidden], mlp.mlp1_bias [E_local, 2I/tp],
+/// mlp.mlp2_weight [E_local, hidden, I/tp], mlp.mlp2_bias [E_local, hidden] (whole). A device
+/// with no experts holds them with E_local = 0.
+struct EpMlpWeights {
+  ExpertPlacement placement;  ///< the same on every device
+  int device = 0;             ///< this device's index on the EP axis
+  MlpWeights mlp;
+};
+
+/// This device's EP weights of layer `layer` from a WeightSource (in-memory full weights or a
+/// checkpoint): each local expert is taken by src.slice along dim 0 (one expert at a time, so
+/// a checkpoint reader holds one whole expert at most), then cut by shard_mlp_weights' TP rule.
+/// Throws Error for a placement that is inconsistent (check_placement) or not of
+/// c.num_experts experts, an ep_device outside [0, placement.num_devices), or an intermediate
+/// size that tp.size does not divide.
+EpMlpWeights shard_ep_mlp_weights(const WeightSource& src, const GptOssConfig& c,
+                                  std::int64_t layer, const ExpertPlacement& placement,
+                                  int ep_device, TpRank tp);
+
+/// The routed experts and their combine, on the mesh. Collective over the whole mesh.
+struct EpMoeResult {
+  Tensor out;                ///< [T_local, hidden]: Σ_j w[t, j] (y[t, j] + mlp2_bias[e])
+  std::int64_t dropped = 0;  ///< slots dropped by the capacity over the EP group (0 without)
+};
+
+/// out = moe_combine(moe_experts(t, r, ...), r, mlp2_bias) for the local tokens, with the
+/// experts on their EP devices: per-expert counts (and T_local) exchanged by all_to_all on the
+/// EP axis, the rows (grouped by destination device, then expert, then token) by all_to_all_v;
+/// the receiver keeps at most expert_capacity(T_global, k, E, factor) rows of each expert when
+/// o.capacity_factor is set (o.drop_policy over the rows in global token order, T_global the
+/// tokens of the EP group: it equals apply_capacity on the single device's permutation; a
+/// LowestWeight policy also sends each row's routing weight), runs them as grouped GEMMs
+/// (mlp1 with bias, swiglu, mlp2 with its bias on TP device 0), sums the mlp2 products over the
+/// TP axis (all_reduce), and returns the rows by the reverse all_to_all_v (a dropped row as
+/// zeros); the sender weights and sums them (unpermute). A dropped slot adds nothing (no bias
+/// either), so a token whose slots all dropped gets zeros (the block's residual remains).
+///   t: [T_local, hidden] (the normed tokens), r: their routing (r.k = p.experts_per_token),
+///   w: shard_ep_mlp_weights(...); f32, f64 or bf16, all of t's dtype.
+/// Throws the same Error on every device, before any communication, for a bad ep_axis, a
+/// placement missing an expert or not of this mesh's EP size, weights or routing whose shapes
+/// or dtypes do not fit, an expert id outside [0, E), k outside [1, E], or a negative or
+/// non-finite capacity factor.
+EpMoeResult ep_moe(const MeshDevice& mesh, const Tensor& t, const Routing& r, const EpMlpWeights& w,
+                   const MoeParams& p, const EpOptions& o = {});
+
+/// The gpt-oss MLP block, expert-parallel: t = rms_norm(x); r = route_top_k(linear(t, gate), k)
+/// on the local tokens (the router is replicated); out = x + ep_moe(t, r).out.
+///   x: [T_local, hidden] -> [T_local, hidden], placed ep_activation_placements(o).
+/// Without a capacity it equals mlp_block on the whole x (f32: to rounding). Errors: ep_moe's.
+Tensor ep_mlp_block(const MeshDevice& mesh, const Tensor& x, const EpMlpWeights& w,
+                    const MoeParams& p, const EpOptions& o = {});
+
+/// The backward of ep_moe for the local tokens through the same exchanges: the rows travel
+/// with their grad_out and routing weight, the receiver recomputes its experts' forward
+/// (mlp2 summed over the TP axis), runs grouped_gemm_backward and swiglu_backward, sums the
+/// grad of its rows over the TP axis and returns it with the routing-weight grad of each row
+/// by the reverse all_to_all_v. Dropped slots get zero grads. Returns (MoeGrads fields):
+///   t [T_local, hidden], weights [T_local, k]: the local tokens' rows of moe_backward's;
+///   mlp1_weight [E_local, 2I/tp, hidden], mlp1_bias [E_local, 2I/tp], mlp2_weight
+///   [E_local, hidden, I/tp]: the local experts' TP slices of moe_backward's; mlp2_bias
+///   [E_local, hidden]: the local experts' rows (whole on every TP device).
+/// f32 or f64. grad_out: [T_local, hidden] of t's dtype. Errors: ep_moe's, and a grad_out of
+/// another shape or dtype, or bf16.
+MoeGrads ep_moe_backward(const MeshDevice& mesh, const Tensor& t, const Routing& r,
+                         const EpMlpWeights& w, const Tensor& grad_out, const MoeParams& p,
+                         const EpOptions& o = {});
+
+}  // namespace meshtest::dist
