@@ -1,11 +1,12 @@
-// moe_grad: the routed experts' backward, one pass of GEMMs per expert over its rows.
+// moe_grad: the routed experts' backward on rows grouped by expert (permute, grouped GEMMs).
 #include "src/ops/moe_grad.hpp"
 
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "src/ops/compute.hpp"
+#include "src/ops/grouped_gemm.hpp"
+#include "src/ops/moe_permute.hpp"
 #include "src/ops/swiglu_grad.hpp"
 #include "src/ops/visit_real.hpp"
 #include "src/perf/profiler.hpp"
@@ -18,6 +19,8 @@ constexpr std::string_view kOp = "moe_backward";
 void check_inputs(const Tensor& t, const Routing& r, const Tensor& mlp1_weight,
                   const Tensor& mlp1_bias, const Tensor& mlp2_weight, const Tensor& mlp2_bias,
                   const Tensor& grad_out) {
+  MESHTEST_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+                 "moe_backward: dtype {} is not supported (expected f32 or f64)", t.dtype());
   detail::check_rank(kOp, "t ([T, hidden])", t, 2);
   detail::check_rank(kOp, "mlp1_weight ([experts, 2I, hidden])", mlp1_weight, 3);
   const std::int64_t tokens = t.shape()[0], hidden = t.shape()[1];
@@ -43,75 +46,25 @@ void check_inputs(const Tensor& t, const Routing& r, const Tensor& mlp1_weight,
   }
 }
 
-// Slots grouped by expert, ascending within an expert.
-std::vector<std::vector<std::int64_t>> group_slots(const Routing& r, std::int64_t experts) {
-  std::vector<std::vector<std::int64_t>> slots(static_cast<std::size_t>(experts));
-  for (std::size_t s = 0; s < r.experts.size(); ++s) {
-    const std::int64_t e = r.experts[s];
-    MESHTEST_CHECK(e >= 0 && e < experts, "moe_backward: routing names expert {}, expected [0, {})",
-                   e, experts);
-    slots[e].push_back(static_cast<std::int64_t>(s));
-  }
-  return slots;
-}
-
+// For every permuted row i of expert e (slot s = perm.slots[i]), from grad_rows[i] (grad_out
+// of the row's token) and y[i] (the expert's output without its bias):
+//   grad_weights[s] = grad_rows[i] · (y[i] + b2[e]),   dy[i] = weights[s] · grad_rows[i].
 template <class S>
-MoeGrads backward_impl(const Tensor& t, const Routing& r, const Tensor& mlp1_weight,
-                       const Tensor& mlp1_bias, const Tensor& mlp2_weight, const Tensor& mlp2_bias,
-                       const Tensor& grad_out, const MoeParams& p) {
-  using Map = Eigen::Map<const RowMatrix<S>>;
-  const DType dt = t.dtype();
-  const std::int64_t experts = mlp1_weight.shape()[0], two_i = mlp1_weight.shape()[1];
-  const std::int64_t hidden = t.shape()[1], inter = two_i / 2, k = r.k;
-  MoeGrads g{.t = Tensor(t.shape(), dt),
-             .weights = Tensor(r.weights.shape(), dt),
-             .mlp1_weight = Tensor(mlp1_weight.shape(), dt),
-             .mlp1_bias = Tensor(mlp1_bias.shape(), dt),
-             .mlp2_weight = Tensor(mlp2_weight.shape(), dt),
-             .mlp2_bias = Tensor(mlp2_bias.shape(), dt)};
-  const auto slots = group_slots(r, experts);
-  const auto tm = t.matrix<S>();
-  const auto gm = grad_out.matrix<S>();
-  const S* route_w = r.weights.data<S>();
-  S* grad_route_w = g.weights.data<S>();
-  auto gt = g.t.matrix<S>();
-  for (std::int64_t e = 0; e < experts; ++e) {
-    const auto& rows = slots[e];
-    const auto n = static_cast<Eigen::Index>(rows.size());
-    if (n == 0) continue;
-    RowMatrix<S> x(n, hidden), go(n, hidden);
-    Eigen::Vector<S, Eigen::Dynamic> ws(n);
-    for (Eigen::Index i = 0; i < n; ++i) {
-      x.row(i) = tm.row(rows[i] / k);
-      go.row(i) = gm.row(rows[i] / k);
-      ws(i) = route_w[rows[i]];
+void slot_terms(const Permutation& perm, const Tensor& weights, const Tensor& grad_rows,
+                const Tensor& y, const Tensor& mlp2_bias, Tensor& grad_weights, Tensor& dy) {
+  const auto g = grad_rows.matrix<S>();
+  const auto ym = y.matrix<S>();
+  const auto b2 = mlp2_bias.matrix<S>();
+  auto dym = dy.matrix<S>();
+  const S* w = weights.data<S>();
+  S* gw = grad_weights.data<S>();
+  for (std::int64_t e = 0; e < perm.num_experts; ++e) {
+    for (std::int64_t i = perm.offsets[e]; i < perm.offsets[e + 1]; ++i) {
+      const std::int64_t s = perm.slots[i];
+      gw[s] = g.row(i).dot(ym.row(i) + b2.row(e));
+      dym.row(i) = w[s] * g.row(i);
     }
-    const Map w1(mlp1_weight.data<S>() + e * two_i * hidden, two_i, hidden);
-    const Map b1(mlp1_bias.data<S>() + e * two_i, 1, two_i);
-    const Map w2(mlp2_weight.data<S>() + e * hidden * inter, hidden, inter);
-    const Map b2(mlp2_bias.data<S>() + e * hidden, 1, hidden);
-    RowMatrix<S> h = x * w1.transpose();
-    h.rowwise() += b1.row(0);
-    const RowMatrix<S> a = detail::swiglu_rows<S>(h, p.swiglu_alpha, p.swiglu_limit);
-    const RowMatrix<S> y = a * w2.transpose();
-    for (Eigen::Index i = 0; i < n; ++i) {
-      grad_route_w[rows[i]] = go.row(i).dot(y.row(i) + b2.row(0));
-    }
-    const RowMatrix<S> dy = ws.asDiagonal() * go;
-    g.mlp2_bias.matrix<S>().row(e) = dy.colwise().sum();
-    Eigen::Map<RowMatrix<S>>(g.mlp2_weight.data<S>() + e * hidden * inter, hidden, inter) =
-        dy.transpose() * a;
-    const Tensor da = detail::to_tensor<S>(dy * w2, Shape{n, inter});
-    const Tensor dh_t = swiglu_backward(detail::to_tensor<S>(h, Shape{n, two_i}), da,
-                                        p.swiglu_alpha, p.swiglu_limit);
-    const auto dh = dh_t.matrix<S>();
-    g.mlp1_bias.matrix<S>().row(e) = dh.colwise().sum();
-    Eigen::Map<RowMatrix<S>>(g.mlp1_weight.data<S>() + e * two_i * hidden, two_i, hidden) =
-        dh.transpose() * x;
-    const RowMatrix<S> dx = dh * w1;
-    for (Eigen::Index i = 0; i < n; ++i) gt.row(rows[i] / k) += dx.row(i);
   }
-  return g;
 }
 
 }  // namespace
@@ -123,14 +76,34 @@ MoeGrads moe_backward(const Tensor& t, const Routing& r, const Tensor& mlp1_weig
   scope.input(t).input(mlp1_weight).input(mlp1_bias).input(mlp2_weight).input(mlp2_bias);
   scope.input(grad_out).attr("k", r.k);
   check_inputs(t, r, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, grad_out);
-  MoeGrads g = visit_real(t.dtype(), kOp, [&]<class S>(type_tag<S>) {
-    return backward_impl<S>(t, r, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, grad_out, p);
+  const Permutation perm = make_permutation(r, mlp1_weight.shape()[0]);
+  // The forward again on the rows grouped by expert: h = W1 x + b1, a = swiglu(h), y = W2 a.
+  const Tensor x = permute(t, perm);
+  const Tensor h = grouped_gemm(x, perm.offsets, mlp1_weight, mlp1_bias);
+  const Tensor a = swiglu(h, p.swiglu_alpha, p.swiglu_limit);
+  const Tensor y = grouped_gemm(a, perm.offsets, mlp2_weight);
+  Tensor grad_weights(r.weights.shape(), t.dtype());  // zero where a slot has no row
+  Tensor dy(y.shape(), t.dtype(), Tensor::Uninitialized{});
+  visit_real(t.dtype(), kOp, [&]<class S>(type_tag<S>) {
+    slot_terms<S>(perm, r.weights, permute(grad_out, perm), y, mlp2_bias, grad_weights, dy);
   });
+  GroupedGemmGrads g2 = grouped_gemm_backward(a, perm.offsets, mlp2_weight, dy);
+  const Tensor dh = swiglu_backward(h, g2.x, p.swiglu_alpha, p.swiglu_limit);
+  GroupedGemmGrads g1 = grouped_gemm_backward(x, perm.offsets, mlp1_weight, dh);
+  // Each token's rows summed back: unpermute with unit weights.
+  Tensor ones(r.weights.shape(), t.dtype());
+  ones.fill(1.0);
+  MoeGrads g{.t = unpermute(g1.x, perm, ones),
+             .weights = std::move(grad_weights),
+             .mlp1_weight = std::move(g1.w),
+             .mlp1_bias = std::move(g1.bias),
+             .mlp2_weight = std::move(g2.w),
+             .mlp2_bias = std::move(g2.bias)};
   // Per slot: the forward again (6 h I) and the backward GEMMs (12 h I), swiglu both ways.
   const double slots = static_cast<double>(r.num_tokens * r.k);
-  const double h = static_cast<double>(t.shape()[1]);
-  const double i = static_cast<double>(mlp1_weight.shape()[1] / 2);
-  scope.output(g.t).flops(slots * (18.0 * h * i + 3.0 * kSwigluFlops * i));
+  const double hidden = static_cast<double>(t.shape()[1]);
+  const double inter = static_cast<double>(mlp1_weight.shape()[1] / 2);
+  scope.output(g.t).flops(slots * (18.0 * hidden * inter + 3.0 * kSwigluFlops * inter));
   return g;
 }
 

@@ -21,9 +21,12 @@ struct MoeGrads {
 
 /// Backward of the routed experts and combine, given grad_out [T, hidden]. The rows are grouped
 /// by expert (make_permutation) and each expert's GEMMs run once over its rows (grouped_gemm
-/// and its backward). f32 or f64; all tensors of one dtype; the shapes of moe_experts.
+/// and its backward). f32 or f64; all tensors (routing.weights too) of one dtype; the shapes of
+/// moe_experts, grad_out [T, hidden]. Throws Error for shapes or dtypes that disagree, bf16, or a
+/// routing that does not fit t (its token count, T*k experts, ids outside [0, E), weights not
+/// [T, k]).
 MoeGrads moe_backward(const Tensor& t, const Routing& r, const Tensor& mlp1_weight,
-                      const Tensor& mlp1_bias, const Tensor& mlp2_weight,
-                      const Tensor& mlp2_bias, const Tensor& grad_out, const MoeParams& p = {});
+                      const Tensor& mlp1_bias, const Tensor& mlp2_weight, const Tensor& mlp2_bias,
+                      const Tensor& grad_out, const MoeParams& p = {});
 
 }  // namespace meshtest
