@@ -78,10 +78,16 @@ EpProblem make_problem(const MeshDevice& mesh, const MoeBenchOptions& o) {
   return s;
 }
 
-/// Mean seconds per call of f: o.warmup calls, then o.iters each after a barrier, the slowest
-/// device's time (dist::time_e2e). Collective.
-double seconds(const MeshDevice& mesh, const MoeBenchOptions& o, const std::function<void()>& f) {
-  return dist::time_e2e(mesh, f, {.warmup = o.warmup, .iterations = o.iters}).mean_us * 1e-6;
+/// Seconds per call of f: o.warmup calls (less `done`, the calls just made), then o.iters each
+/// after a barrier, the slowest device's time (dist::time_e2e); their mean and minimum.
+struct Timing {
+  double mean = 0, min = 0;
+};
+Timing timing(const MeshDevice& mesh, const MoeBenchOptions& o, const std::function<void()>& f,
+              int done = 0) {
+  const dist::E2eOptions e2e{.warmup = std::max(0, o.warmup - done), .iterations = o.iters};
+  const perf::E2eStats st = dist::time_e2e(mesh, f, e2e);
+  return {.mean = st.mean_us * 1e-6, .min = st.min_us * 1e-6};
 }
 
 double max_over(const MeshDevice& mesh, double v) {
@@ -135,17 +141,18 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
   const Tensor counts(Shape{counts_len}, DType::i64);
   const std::int64_t send_rows = std::accumulate(me.to.begin(), me.to.end(), std::int64_t{0});
   const Tensor rows = random_uniform(Shape{send_rows, o.hidden}, DType::f32, {.seed = 3});
-  const double ep_s = seconds(mesh, o, [&] {
+  const Timing ep_t = timing(mesh, o, [&] {
     dist::all_to_all(mesh, counts, {.split_dim = 0, .concat_dim = 0, .axis = o.ep_axis});
     const Tensor got = dist::all_to_all_v(mesh, rows, me.to, {.axis = o.ep_axis});
     dist::all_to_all_v(mesh, got, me.from, {.axis = o.ep_axis});
   });
-  const double ag_s = seconds(mesh, o, [&] {
+  const Timing ag_t = timing(mesh, o, [&] {
     const Tensor all = dist::all_gather(mesh, s.x, {.dim = 0, .axis = o.ep_axis});
     dist::reduce_scatter(mesh, all, {.dim = 0, .axis = o.ep_axis});
   });
   const InBlock blk = in_block(mesh, s, o);
   if (mesh.device_id() != 0) return;
+  const double ep_s = ep_t.mean, ag_s = ag_t.mean;
 
   const double row_bytes = 4.0 * static_cast<double>(o.hidden);
   // Sent + received: every scheme receives what it sends.
@@ -203,11 +210,11 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
       "(all_gather, reduce_scatter) = 2 x {} steps\n",
       d_size - 1, msgs_max, d_size - 1);
   fmt::print(
-      "time per dispatch + combine (replayed alone with this run's counts and shapes; mean of {} "
-      "calls, each after a barrier, slowest device): EP {:.3f} ms, all_gather-everything {:.3f} "
-      "ms: EP {:.2f}x {}\n",
-      o.iters, ep_s * 1e3, ag_s * 1e3, ep_s < ag_s ? ag_s / ep_s : ep_s / ag_s,
-      ep_s < ag_s ? "faster" : "slower");
+      "time per dispatch + combine (replayed alone with this run's counts and shapes; mean (min) "
+      "of {} calls, each after a barrier, slowest device): EP {:.3f} ms ({:.3f}), "
+      "all_gather-everything {:.3f} ms ({:.3f}): EP {:.2f}x {}\n",
+      o.iters, ep_t.mean * 1e3, ep_t.min * 1e3, ag_t.mean * 1e3, ag_t.min * 1e3,
+      ep_s < ag_s ? ag_s / ep_s : ep_s / ag_s, ep_s < ag_s ? "faster" : "slower");
   fmt::print(
       "inside ep_mlp_block (its CCL records, mean of {} calls, slowest device; they include "
       "waiting for slower devices): counts all_to_all {:.3f} ms, dispatch {:.3f} ms, combine "
@@ -230,7 +237,9 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
       {"counts_bytes", counts_bytes},
       {"ep_over_min", ratio},
       {"ep_ms", ep_s * 1e3},
+      {"ep_min_ms", ep_t.min * 1e3},
       {"all_gather_ms", ag_s * 1e3},
+      {"all_gather_min_ms", ag_t.min * 1e3},
       {"in_block_ms", {blk.seconds[0] * 1e3, blk.seconds[1] * 1e3, blk.seconds[2] * 1e3}},
       {"rows_match", blk.rows_match}};
 }
@@ -240,7 +249,8 @@ struct BlockRow {
   std::string layout;
   std::int64_t tokens = 0;  ///< tokens of device 0
   double weight_mb = 0;     ///< device 0's expert weights and biases
-  double seconds = 0, diff = 0;
+  Timing time;
+  double diff = 0;
   std::string skipped;  ///< why the row was not run
 };
 
@@ -265,16 +275,17 @@ double relative_diff(const MeshDevice& mesh, const Tensor& out, Range r, const T
   return max_over(mesh, diff) / std::max(max_over(mesh, scale), 1e-30);
 }
 
-/// A row of the EP layout (s's tokens and weights) timing `block`, its output against ep_out.
+/// A row of the EP layout (s's tokens and weights): `out` (one call of `block`, made by the
+/// caller) against ep_out, and the time of `block`.
 BlockRow ep_layout_row(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProblem& s,
-                       std::string layout, const Tensor& ep_out,
-                       const std::function<Tensor()>& block) {
+                       std::string layout, const Tensor& out, const Tensor& ep_out,
+                       const std::function<void()>& block) {
   BlockRow row;
   row.layout = std::move(layout);
   row.tokens = s.mine.size;
   row.weight_mb = expert_mb(s.w.mlp);
-  row.diff = relative_diff(mesh, block(), s.mine, ep_out, s.mine);
-  row.seconds = seconds(mesh, o, [&] { block(); });
+  row.diff = relative_diff(mesh, out, s.mine, ep_out, s.mine);
+  row.time = timing(mesh, o, block, 1);  // the call that made `out` warmed it up
   return row;
 }
 
@@ -301,7 +312,8 @@ BlockRow tp_row(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProble
   row.tokens = r.size;
   row.weight_mb = expert_mb(w);
   row.diff = relative_diff(mesh, dist::tp_mlp_block(mesh, x, w, s.p, to), r, ep_out, s.mine);
-  row.seconds = seconds(mesh, o, [&] { dist::tp_mlp_block(mesh, x, w, s.p, to); });
+  row.time = timing(
+      mesh, o, [&] { dist::tp_mlp_block(mesh, x, w, s.p, to); }, 1);
   return row;
 }
 
@@ -313,9 +325,10 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
   rows.push_back(ep_layout_row(
       mesh, o, s,
       fmt::format("EP on axis {} ({}), TP on axis {} ({})", o.ep_axis, ep, 1 - o.ep_axis, tp),
-      ep_out, [&] { return dist::ep_mlp_block(mesh, s.x, s.w, s.p, s.o); }));
-  rows.push_back(ep_layout_row(mesh, o, s, "all_gather-everything, EP layout", ep_out,
-                               [&] { return all_gather_mlp_block(mesh, s.x, s.w, s.p, s.o); }));
+      ep_out, ep_out, [&] { dist::ep_mlp_block(mesh, s.x, s.w, s.p, s.o); }));
+  rows.push_back(ep_layout_row(mesh, o, s, "all_gather-everything, EP layout",
+                               all_gather_mlp_block(mesh, s.x, s.w, s.p, s.o), ep_out,
+                               [&] { all_gather_mlp_block(mesh, s.x, s.w, s.p, s.o); }));
   rows.push_back(tp_row(mesh, o, s, ep_out, o.ep_axis));
   rows.push_back(tp_row(mesh, o, s, ep_out, 1 - o.ep_axis));
   nlohmann::json out = nlohmann::json::array();
@@ -325,12 +338,13 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
   if (mesh.device_id() != 0) return;
   fmt::print(
       "\n(c) the MoE MLP block on mesh {} (x [T_local, hidden] -> [T_local, hidden], router "
-      "included): time = mean of {} calls, each after a barrier, slowest device; tokens and "
+      "included): time = mean (and min) of {} calls, each after a barrier, slowest device; x EP "
+      "= mean / EP's mean; tokens and "
       "expert MB (mlp1/mlp2 weights and biases) of device 0; diff = max |out − EP out| / max |EP "
       "out| over the tokens both hold (check <= {:g})\n",
       mesh.str(), o.iters, kOutputTolerance);
-  fmt::print("{:<42} {:>10} {:>13} {:>10} {:>6} {:>9}  {}\n", "layout", "tokens/dev",
-             "expert MB/dev", "ms", "x EP", "diff", "check");
+  fmt::print("{:<42} {:>10} {:>13} {:>10} {:>10} {:>6} {:>9}  {}\n", "layout", "tokens/dev",
+             "expert MB/dev", "ms", "min ms", "x EP", "diff", "check");
   for (const BlockRow& r : rows) {
     if (!r.skipped.empty()) {
       fmt::print("{:<42} {}\n", r.layout, r.skipped);
@@ -338,13 +352,14 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
       continue;
     }
     const bool ok = r.diff <= kOutputTolerance;
-    fmt::print("{:<42} {:>10} {:>13.1f} {:>10.3f} {:>6.2f} {:>9.2e}  {}\n", r.layout, r.tokens,
-               r.weight_mb, r.seconds * 1e3, r.seconds / rows[0].seconds, r.diff,
-               ok ? "PASS" : "FAIL");
+    fmt::print("{:<42} {:>10} {:>13.3f} {:>10.3f} {:>10.3f} {:>6.2f} {:>9.2e}  {}\n", r.layout,
+               r.tokens, r.weight_mb, r.time.mean * 1e3, r.time.min * 1e3,
+               r.time.mean / rows[0].time.mean, r.diff, ok ? "PASS" : "FAIL");
     out.push_back({{"layout", r.layout},
                    {"tokens_per_device", r.tokens},
                    {"expert_mb_per_device", r.weight_mb},
-                   {"ms", r.seconds * 1e3},
+                   {"ms", r.time.mean * 1e3},
+                   {"min_ms", r.time.min * 1e3},
                    {"relative_diff", r.diff},
                    {"pass", ok}});
   }
