@@ -2,11 +2,14 @@
 // unembedding, TP blocks, tokens split over the other axis) against the single-device
 // transformer by PCC and max abs error, on every mesh shape of the world, constant and random
 // weights, f32 and bf16; TP on axis 0 too; bad tokens give the same clear error on every device.
+// The expert-parallel model (dist/parallel/ep_transformer: experts and tokens on one axis, TP
+// on the other) likewise, with EP on either axis, and its checkpoint shards.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "dist/parallel/ep_transformer.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/testing/fixtures.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
@@ -145,6 +148,79 @@ TEST_P(TpModel, BadTokensAndTpSize) {
     expect_error([&] { shard_transformer_weights(weight_source(full, c), c, tp_rank(mesh())); },
                  split);
     expect_error([&] { tp_transformer(mesh(), kTokens, none, c); }, split);
+  }
+}
+
+TEST_P(TpModel, ExpertParallelModelMatchesSingleDevice) {
+  // The 4 experts over EP sizes 1 .. 16 (devices without experts from 5 up), TP on the other
+  // axis where it divides the heads.
+  const GptOssConfig c = config();
+  int ran = 0;
+  for (const int ep_axis : {0, 1}) {
+    if (!tp_divides(c, mesh(), 1 - ep_axis)) continue;
+    const EpOptions o{.ep_axis = ep_axis};
+    const TpRank ep = ep_rank(mesh(), o);
+    const ExpertPlacement placement =
+        place_experts(ExpertAssignment::Contiguous, c.num_experts, ep.size);
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const TransformerWeights full = init_transformer_weights(c, dtype, RandomInit{3});
+      const EpTransformerWeights shard = shard_ep_transformer_weights(
+          weight_source(full, c), c, placement, ep.index, ep_tp_rank(mesh(), o));
+      tp_test::expect_tp_matches_full(
+          mesh(), {}, [&](const std::vector<Tensor>&) { return transformer(kTokens, full, c); },
+          [&](const std::vector<Tensor>&) {
+            return ep_transformer(mesh(), kTokens, shard, c, {}, o);
+          },
+          tp_logits_placements({.tp_axis = 1 - ep_axis}), dtype,
+          fmt::format("ep model ep_axis {} rand {}", ep_axis, dtype_name(dtype)));
+      ++ran;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "neither axis size divides the heads";
+}
+
+TEST_P(TpModel, ExpertParallelCheckpointShardsEqualSlicesOfTheFullWeights) {
+  const GptOssConfig c = config();
+  if (!tp_divides(c, mesh(), 0)) GTEST_SKIP() << "axis-0 size does not divide the heads";
+  const test_support::TempDir dir("meshtest_ep_ckpt");
+  TransformerWeights w = init_transformer_weights(c, DType::bf16, RandomInit{5});
+  write_checkpoint(dir.path(), c, w);
+  const EpOptions o{.ep_axis = 1};
+  const TpRank ep = ep_rank(mesh(), o);
+  const ExpertPlacement placement =
+      place_experts(ExpertAssignment::Contiguous, c.num_experts, ep.size);
+  const TransformerWeights full = read_checkpoint(dir.path(), c, DType::f32);
+  const EpTransformerWeights want = shard_ep_transformer_weights(
+      weight_source(full, c), c, placement, ep.index, ep_tp_rank(mesh(), o), 1);
+  const EpTransformerWeights got =
+      read_ep_checkpoint(dir.path(), c, DType::f32, placement, ep.index, ep_tp_rank(mesh(), o), 1);
+  ASSERT_EQ(got.mlp.size(), 1U);
+  ASSERT_EQ(got.tp.blocks.size(), 1U);
+  EXPECT_TRUE(got.tp.embedding.bitwise_equal(want.tp.embedding));
+  EXPECT_TRUE(got.tp.blocks[0].attn.qkv_weight.bitwise_equal(want.tp.blocks[0].attn.qkv_weight));
+  const MlpWeights& gm = got.mlp[0].mlp;
+  const MlpWeights& wm = want.mlp[0].mlp;
+  for (const auto& [g, e] : {std::pair{&gm.mlp1_weight, &wm.mlp1_weight},
+                             {&gm.mlp1_bias, &wm.mlp1_bias},
+                             {&gm.mlp2_weight, &wm.mlp2_weight},
+                             {&gm.mlp2_bias, &wm.mlp2_bias},
+                             {&gm.gate_weight, &wm.gate_weight}}) {
+    EXPECT_TRUE(g->bitwise_equal(*e)) << describe(*g) << " vs " << describe(*e);
+  }
+  const auto local =
+      static_cast<std::int64_t>(placement.experts_of[static_cast<std::size_t>(ep.index)].size());
+  EXPECT_EQ(gm.mlp1_weight.shape(),
+            (Shape{local, 2 * c.intermediate_size / mesh().axis_size(0), c.hidden_size}));
+}
+
+TEST_P(TpModel, ExpertParallelBadAxis) {
+  const GptOssConfig c = config();
+  const EpTransformerWeights none;
+  expect_error([&] { ep_transformer(mesh(), kTokens, none, c, {}, {.ep_axis = 2}); },
+               {"ep_axis is 2, expected 0 or 1"});
+  if (tp_divides(c, mesh(), 0)) {  // else the TP split of the heads is the first error
+    expect_error([&] { ep_transformer(mesh(), kTokens, none, c, {}, {.ep_axis = 1}); },
+                 {"weights hold 0 blocks"});
   }
 }
 

@@ -1,6 +1,7 @@
 // meshtest-run gpt-oss end to end: a tiny checkpoint written by meshtest (MXFP4 experts), run
-// under mpirun at np 1, 2 and 4 (1-D and 2x2 / 2x1 meshes), logits compared with the in-process
-// single-device transformer on the same checkpoint; corrupted checkpoints and bad options give
+// under mpirun at np 1, 2 and 4 (1-D and 2x2 / 2x1 meshes), and expert parallel (--ep-axis) at
+// np 2, 3, 4 and 8, logits compared with the in-process single-device transformer on the same
+// checkpoint; corrupted checkpoints and bad options give
 // exit 2 with a message naming the tensor, field or token.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -100,6 +101,34 @@ TEST_F(RunGptOss, F32LogitsMatchSingleDeviceAtNp124) {
   }
 }
 
+TEST_F(RunGptOss, ExpertParallelF32LogitsMatchSingleDevice) {
+  // The 4 experts on the EP axis (contiguous; at EP 8 half the devices hold none), TP on the
+  // other axis: the 2x4 layout of the issue with EP on axis 0, EP over all of 1xN, odd EP 3.
+  const Tensor expected =
+      transformer(kTokens, read_checkpoint(ckpt(), cfg_, DType::f32), cfg_).astype(DType::f32);
+  struct Run {
+    int np;
+    std::string mesh;
+    int ep_axis;
+  };
+  for (const Run& r : {Run{2, "1x2", 1}, Run{2, "2x1", 0}, Run{3, "1x3", 1}, Run{4, "2x2", 0},
+                       Run{4, "2x2", 1}, Run{8, "2x4", 0}, Run{8, "1x8", 1}}) {
+    const Outcome o =
+        run_cli(r.np, args(fmt::format("--tokens {} --dtype f32 --mesh {} --ep-axis {}", kTokensArg,
+                                       r.mesh, r.ep_axis)));
+    ASSERT_EQ(o.rc, 0) << o.output;
+    EXPECT_NE(o.output.find(fmt::format("experts on axis {}", r.ep_axis)), std::string::npos)
+        << o.output;
+    const Tensor got = read_npy(out());
+    ASSERT_EQ(got.shape(), (Shape{11, cfg_.vocab_size}));
+    const double diff = max_abs_error(expected, got);
+    EXPECT_LE(diff, 1e-4) << "np " << r.np << " mesh " << r.mesh << " ep_axis " << r.ep_axis;
+    std::printf("LOGITS np %d mesh %s ep_axis %d max abs diff vs single device %.3g\n", r.np,
+                r.mesh.c_str(), r.ep_axis, diff);
+    fs::remove(out());
+  }
+}
+
 TEST_F(RunGptOss, LayersAndBf16) {
   // --layers 1: only block 0; bf16 rounds like the reference: PCC >= 0.99 against the bf16
   // single-device run (and close to the f32 one).
@@ -135,6 +164,7 @@ TEST_F(RunGptOss, CorruptCheckpointsAndBadOptionsExit2) {
   expect_bad(0, args("--tokens 1,x"), {"('x') is not an integer"});
   expect_bad(0, args(tok + " --dtype f16"), {"--dtype is 'f16'"});
   expect_bad(0, args(tok + " --layers 3"), {"--layers is 3"});
+  expect_bad(0, args(tok + " --ep-axis 2"), {"--ep-axis is 2, expected 0 or 1"});
   expect_bad(0, fmt::format("--out {} {}", out().string(), tok), {"--checkpoint is required"});
 
   const fs::path st = ckpt() / "model.safetensors";
@@ -173,6 +203,7 @@ TEST_F(RunGptOss, BadInputExits2OnEveryRank) {
   const std::string tok = "--tokens 1,2,3";
   expect_bad(2, args(tok + " --mesh 2x2"), {"--mesh 2x2 has 4 devices but 2 ranks"});
   expect_bad(3, args(tok), {"num_attention_heads = 16", "over 3 devices"});
+  expect_bad(3, args(tok + " --ep-axis 0"), {"num_attention_heads = 16", "over 3 devices"});
   // The output path is checked (by rank 0, the writer) before any work.
   const fs::path nodir = dir_.path() / "nodir" / "logits.npy";
   expect_bad(2, fmt::format("--checkpoint {} --out {} {}", ckpt().string(), nodir.string(), tok),
@@ -181,6 +212,7 @@ TEST_F(RunGptOss, BadInputExits2OnEveryRank) {
     std::erase_if(all, [](const auto& nt) { return nt.first == "block.0.mlp.mlp1_weight.blocks"; });
   });
   expect_bad(2, args(tok), {"block.0.mlp.mlp1_weight"});
+  expect_bad(2, args(tok + " --ep-axis 1"), {"block.0.mlp.mlp1_weight"});
 }
 
 }  // namespace

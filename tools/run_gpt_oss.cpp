@@ -1,5 +1,6 @@
 // meshtest-run gpt-oss: the logits of a gpt-oss checkpoint for given tokens, on one device or
-// tensor parallel on a mesh (./launch/meshtest run -np N build/bin/meshtest-run gpt-oss ...).
+// tensor parallel on a mesh, optionally with the MoE MLPs expert parallel on one mesh axis
+// (./launch/meshtest run -np N build/bin/meshtest-run gpt-oss ... [--ep-axis A]).
 #include <fmt/format.h>
 #include <mpi.h>
 #include <boost/program_options.hpp>
@@ -12,6 +13,7 @@
 
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/ep_transformer.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
 #include "src/core/npy.hpp"
 #include "src/models/checkpoint.hpp"
@@ -59,6 +61,7 @@ struct Args {
   std::string checkpoint, out, mesh, make_tiny;
   std::vector<std::int64_t> tokens;
   std::int64_t layers = -1;
+  int ep_axis = -1;  ///< -1: tensor parallel only
   DType dtype = DType::bf16;
 };
 
@@ -66,7 +69,8 @@ struct Args {
 bool parse(int argc, char** argv, int rank, Args& a) {
   po::options_description opts(
       "meshtest-run gpt-oss: logits [T, vocab] (f32 .npy) of a gpt-oss checkpoint for the given "
-      "tokens, on one device or tensor parallel (TP on mesh axis 1, tokens split on axis 0)");
+      "tokens, on one device or tensor parallel (TP on mesh axis 1, tokens split on axis 0), the "
+      "MoE MLPs optionally expert parallel (--ep-axis)");
   auto add = opts.add_options();
   add("help,h", "print this help");
   add("checkpoint", po::value<std::string>(&a.checkpoint),
@@ -77,6 +81,9 @@ bool parse(int argc, char** argv, int rank, Args& a) {
       "run only the first N blocks (-1: all)");
   add("mesh", po::value<std::string>(&a.mesh),
       "mesh RxC (R*C = number of ranks); default 1xN over all ranks");
+  add("ep-axis", po::value<int>(&a.ep_axis)->default_value(-1),
+      "run the MoE MLPs expert parallel with the experts (contiguous blocks) and the tokens on "
+      "mesh axis 0 or 1, tensor parallel on the other; -1: tensor parallel only (TP on axis 1)");
   add("make-tiny-checkpoint", po::value<std::string>(&a.make_tiny),
       "write a tiny random checkpoint (GptOssConfig::tiny_tp, f32, MXFP4 experts) to this "
       "directory and exit (rank 0), to try the command");
@@ -103,7 +110,39 @@ bool parse(int argc, char** argv, int rank, Args& a) {
   const std::string dtype = vm["dtype"].as<std::string>();
   MESHTEST_CHECK(dtype == "bf16" || dtype == "f32", "--dtype is '{}', expected bf16 or f32", dtype);
   a.dtype = dtype == "bf16" ? DType::bf16 : DType::f32;
+  MESHTEST_CHECK(a.ep_axis >= -1 && a.ep_axis <= 1,
+                 "--ep-axis is {}, expected 0 or 1 (a mesh axis) or -1 (no expert parallelism)",
+                 a.ep_axis);
   return true;
+}
+
+/// Reads this rank's TP shard (the same files on every rank: a bad checkpoint fails alike
+/// everywhere, before any CCL) and runs the TP model; `secs`: the time of the run.
+Tensor run_tp(const dist::MeshDevice& mesh, const Args& a, const GptOssConfig& c,
+              const dist::TpOptions& tp, MpiRunState& state, double& secs) {
+  const dist::TpTransformerWeights w =
+      dist::read_tp_checkpoint(a.checkpoint, c, a.dtype, dist::tp_rank(mesh, tp), a.layers);
+  state.communicating = true;  // every rank checked the same input
+  const double t0 = MPI_Wtime();
+  Tensor local = dist::tp_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, tp);
+  secs = MPI_Wtime() - t0;
+  return local;
+}
+
+/// As run_tp with the experts placed contiguously on axis a.ep_axis (ep_transformer).
+Tensor run_ep(const dist::MeshDevice& mesh, const Args& a, const GptOssConfig& c,
+              MpiRunState& state, double& secs) {
+  const dist::EpOptions o{.ep_axis = a.ep_axis};
+  const dist::TpRank ep = dist::ep_rank(mesh, o);
+  const dist::EpTransformerWeights w = dist::read_ep_checkpoint(
+      a.checkpoint, c, a.dtype,
+      dist::place_experts(dist::ExpertAssignment::Contiguous, c.num_experts, ep.size), ep.index,
+      dist::ep_tp_rank(mesh, o), a.layers);
+  state.communicating = true;  // every rank checked the same input
+  const double t0 = MPI_Wtime();
+  Tensor local = dist::ep_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, o);
+  secs = MPI_Wtime() - t0;
+  return local;
 }
 
 int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state) {
@@ -134,21 +173,19 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
   }
   check_outputs_writable({a.out}, env.rank());
   const dist::MeshDevice mesh(shape);
-  const dist::TpOptions tp{.tp_axis = 1};
-  // The same files on every rank: a bad checkpoint fails alike everywhere, before any CCL.
-  const dist::TpTransformerWeights w =
-      dist::read_tp_checkpoint(a.checkpoint, c, a.dtype, dist::tp_rank(mesh, tp), a.layers);
-  state.communicating = true;  // every rank checked the same input above
-  const double t0 = MPI_Wtime();
-  const Tensor local = dist::tp_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, tp);
+  const dist::TpOptions tp{.tp_axis = a.ep_axis < 0 ? 1 : 1 - a.ep_axis};
+  double secs = 0;
+  const Tensor local =
+      a.ep_axis < 0 ? run_tp(mesh, a, c, tp, state, secs) : run_ep(mesh, a, c, state, secs);
   const Tensor logits =
       dist::gather_full(local, mesh, dist::tp_logits_placements(tp)).astype(DType::f32);
-  const double secs = MPI_Wtime() - t0;
   if (env.rank() == 0) {
     write_npy(a.out, logits);
-    fmt::print("{}: wrote logits {} to {} (mesh {}, dtype {}, {} of {} layers, {:.3f} s)\n", kName,
-               describe(logits), a.out, mesh.str(), dtype_name(a.dtype),
-               a.layers < 0 ? c.num_hidden_layers : a.layers, c.num_hidden_layers, secs);
+    fmt::print("{}: wrote logits {} to {} (mesh {}{}, dtype {}, {} of {} layers, {:.3f} s)\n",
+               kName, describe(logits), a.out, mesh.str(),
+               a.ep_axis < 0 ? std::string() : fmt::format(", experts on axis {}", a.ep_axis),
+               dtype_name(a.dtype), a.layers < 0 ? c.num_hidden_layers : a.layers,
+               c.num_hidden_layers, secs);
   }
   return 0;
 }
@@ -156,7 +193,7 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
 int gpt_oss_main(int argc, char** argv) { return mpi_subcommand(kName, argc, argv, run); }
 
 const RegisterSubcommand reg{
-    {"gpt-oss", "logits of a gpt-oss checkpoint for given tokens (single device or TP mesh)",
+    {"gpt-oss", "logits of a gpt-oss checkpoint for given tokens (single device, TP or EP mesh)",
      &gpt_oss_main}};
 
 }  // namespace

@@ -143,6 +143,17 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
                       const TpTransformerWeights& w, const GptOssConfig& c,
                       const TransformerOptions& options, const TpOptions& o) {
   perf::OpScope scope("tp_transformer");
+  return tp_transformer_with(mesh, tokens, w, static_cast<std::int64_t>(w.blocks.size()), c,
+                             options, o, [&](const Tensor& x, std::int64_t n, std::int64_t offset) {
+                               return tp_transformer_block(
+                                   mesh, x, w.blocks[static_cast<std::size_t>(n)], c, n, o, offset);
+                             });
+}
+
+Tensor tp_transformer_with(const MeshDevice& mesh, std::span<const std::int64_t> tokens,
+                           const TpTransformerWeights& w, std::int64_t blocks_held,
+                           const GptOssConfig& c, const TransformerOptions& options,
+                           const TpOptions& o, const TpBlockFn& block) {
   const int tokens_axis = token_axis(o);
   MESHTEST_DIST_CHECK(!tokens.empty(), "transformer: no tokens given (T = 0), expected T >= 1");
   const auto total = static_cast<std::int64_t>(tokens.size());
@@ -158,13 +169,13 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
                       options.num_layers, c.num_hidden_layers);
   check_on_all(mesh, "tp_transformer", [&] {
     MESHTEST_DIST_CHECK(
-        static_cast<std::int64_t>(w.blocks.size()) >= layers && w.vocab.size >= 0 &&
-            w.embedding.rank() == 2 && w.embedding.shape()[0] == w.vocab.size &&
-            w.unembedding.rank() == 2 && w.unembedding.shape()[0] == w.vocab.size,
+        blocks_held >= layers && w.vocab.size >= 0 && w.embedding.rank() == 2 &&
+            w.embedding.shape()[0] == w.vocab.size && w.unembedding.rank() == 2 &&
+            w.unembedding.shape()[0] == w.vocab.size,
         "tp_transformer: the weights hold {} blocks and embedding {} / unembedding {} "
         "for vocab rows [{}, {}); expected >= {} blocks and [{}, hidden] tables "
         "(shard_transformer_weights or read_tp_checkpoint make them)",
-        w.blocks.size(), describe(w.embedding), describe(w.unembedding), w.vocab.start,
+        blocks_held, describe(w.embedding), describe(w.unembedding), w.vocab.start,
         w.vocab.start + w.vocab.size, layers, w.vocab.size);
   });
   const Range mine = split_range(total, mesh.axis_size(tokens_axis), mesh.axis_index(tokens_axis));
@@ -172,9 +183,7 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
       tokens.subspan(static_cast<std::size_t>(mine.start), static_cast<std::size_t>(mine.size));
   Tensor x = embedding_shard(local, w.embedding, w.vocab.start, c.vocab_size);
   all_reduce_inplace(mesh, x, {.axis = o.tp_axis});
-  for (std::int64_t n = 0; n < layers; ++n) {
-    x = tp_transformer_block(mesh, x, w.blocks[static_cast<std::size_t>(n)], c, n, o, mine.start);
-  }
+  for (std::int64_t n = 0; n < layers; ++n) x = block(x, n, mine.start);
   return linear(rms_norm(x, w.norm_scale, c.norm_eps), w.unembedding);
 }
 

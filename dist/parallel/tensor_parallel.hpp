@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 
@@ -81,5 +82,19 @@ Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const Block
 Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> tokens,
                       const TpTransformerWeights& w, const GptOssConfig& c,
                       const TransformerOptions& options = {}, const TpOptions& o = {});
+
+/// Layer `layer` of a model on this device's tokens x [T_local, hidden] whose first token is at
+/// global position `token_offset`  ->  [T_local, hidden].
+using TpBlockFn =
+    std::function<Tensor(const Tensor& x, std::int64_t layer, std::int64_t token_offset)>;
+
+/// tp_transformer with `block` for the blocks (w.blocks is not read): the embedding, the token
+/// split, the final norm and the unembedding as tp_transformer, for models whose blocks hold
+/// other shards (expert_parallel's ep_transformer). `blocks_held`: how many blocks the caller
+/// holds (an Error, on every device, when the layers to run are more).
+Tensor tp_transformer_with(const MeshDevice& mesh, std::span<const std::int64_t> tokens,
+                           const TpTransformerWeights& w, std::int64_t blocks_held,
+                           const GptOssConfig& c, const TransformerOptions& options,
+                           const TpOptions& o, const TpBlockFn& block);
 
 }  // namespace meshtest::dist

@@ -112,6 +112,18 @@ WeightSource weight_source(const TransformerWeights& w, const GptOssConfig& c) {
   });
 }
 
+WeightSource checkpoint_source(const CheckpointDir& ckpt, DType compute) {
+  return {.whole =
+              [&ckpt, compute](const std::string& name) {
+                return read_tensor(ckpt, name, checkpoint_read_dtype(ckpt, name, compute));
+              },
+          .slice =
+              [&ckpt, compute](const std::string& name, int dim, Range r) {
+                return read_tensor_slice(ckpt, name, dim, r,
+                                         checkpoint_read_dtype(ckpt, name, compute));
+              }};
+}
+
 AttentionWeights shard_attention_weights(const WeightSource& src, const GptOssConfig& c,
                                          std::int64_t layer, TpRank tp) {
   check_rank(tp);
@@ -181,17 +193,7 @@ TpTransformerWeights read_tp_checkpoint(const std::filesystem::path& dir, const 
                       num_layers, c.num_hidden_layers);
   const CheckpointDir ckpt = CheckpointDir::open(dir);
   check_checkpoint_shapes(ckpt, c, num_layers < 0 ? c.num_hidden_layers : num_layers);
-  const WeightSource src{.whole =
-                             [&](const std::string& name) {
-                               return read_tensor(ckpt, name,
-                                                  checkpoint_read_dtype(ckpt, name, compute));
-                             },
-                         .slice =
-                             [&](const std::string& name, int dim, Range r) {
-                               return read_tensor_slice(ckpt, name, dim, r,
-                                                        checkpoint_read_dtype(ckpt, name, compute));
-                             }};
-  return shard_transformer_weights(src, c, tp, num_layers);
+  return shard_transformer_weights(checkpoint_source(ckpt, compute), c, tp, num_layers);
 }
 
 }  // namespace meshtest::dist

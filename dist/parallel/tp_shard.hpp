@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "src/core/tensor.hpp"
+#include "src/models/checkpoint.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/gpt_oss_weights.hpp"
 
@@ -56,6 +57,10 @@ struct WeightSource {
 WeightSource weight_source(const TransformerWeights& w, const GptOssConfig& c);
 /// A source over one block's full weights, as layer `layer`.
 WeightSource weight_source(const BlockWeights& w, std::int64_t layer);
+
+/// A source over the checkpoint `ckpt` (which must outlive it) in `compute` dtype (norm scales
+/// stored in f32 stay f32 with bf16, as read_checkpoint): a slice reads only that slice.
+WeightSource checkpoint_source(const CheckpointDir& ckpt, DType compute);
 
 /// This device's attention / MLP / block shard of layer `layer`.
 AttentionWeights shard_attention_weights(const WeightSource& src, const GptOssConfig& c,
