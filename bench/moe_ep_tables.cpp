@@ -78,14 +78,18 @@ EpProblem make_problem(const MeshDevice& mesh, const MoeBenchOptions& o) {
   return s;
 }
 
-/// Seconds per call of f: o.warmup calls (less `done`, the calls just made), then o.iters each
+/// The exchanges are cheap beside the blocks: they are timed over this many times o.iters calls.
+constexpr int kExchangeCalls = 10;
+
+/// Seconds per call of f: o.warmup calls (less `done`, the calls just made), then `calls` each
 /// after a barrier, the slowest device's time (dist::time_e2e); their mean and minimum.
 struct Timing {
   double mean = 0, min = 0;
 };
 Timing timing(const MeshDevice& mesh, const MoeBenchOptions& o, const std::function<void()>& f,
-              int done = 0) {
-  const dist::E2eOptions e2e{.warmup = std::max(0, o.warmup - done), .iterations = o.iters};
+              int done = 0, int calls = 0) {
+  const dist::E2eOptions e2e{.warmup = std::max(0, o.warmup - done),
+                             .iterations = calls > 0 ? calls : o.iters};
   const perf::E2eStats st = dist::time_e2e(mesh, f, e2e);
   return {.mean = st.mean_us * 1e-6, .min = st.min_us * 1e-6};
 }
@@ -141,18 +145,26 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
   const Tensor counts(Shape{counts_len}, DType::i64);
   const std::int64_t send_rows = std::accumulate(me.to.begin(), me.to.end(), std::int64_t{0});
   const Tensor rows = random_uniform(Shape{send_rows, o.hidden}, DType::f32, {.seed = 3});
-  const Timing ep_t = timing(mesh, o, [&] {
-    dist::all_to_all(mesh, counts, {.split_dim = 0, .concat_dim = 0, .axis = o.ep_axis});
-    const Tensor got = dist::all_to_all_v(mesh, rows, me.to, {.axis = o.ep_axis});
-    dist::all_to_all_v(mesh, got, me.from, {.axis = o.ep_axis});
-  });
-  const Timing ag_t = timing(mesh, o, [&] {
-    const Tensor all = dist::all_gather(mesh, s.x, {.dim = 0, .axis = o.ep_axis});
-    dist::reduce_scatter(mesh, all, {.dim = 0, .axis = o.ep_axis});
-  });
+  const int calls = kExchangeCalls * o.iters;
+  const Timing ep_t = timing(
+      mesh, o,
+      [&] {
+        dist::all_to_all(mesh, counts, {.split_dim = 0, .concat_dim = 0, .axis = o.ep_axis});
+        const Tensor got = dist::all_to_all_v(mesh, rows, me.to, {.axis = o.ep_axis});
+        dist::all_to_all_v(mesh, got, me.from, {.axis = o.ep_axis});
+      },
+      0, calls);
+  const Timing ag_t = timing(
+      mesh, o,
+      [&] {
+        const Tensor all = dist::all_gather(mesh, s.x, {.dim = 0, .axis = o.ep_axis});
+        dist::reduce_scatter(mesh, all, {.dim = 0, .axis = o.ep_axis});
+      },
+      0, calls);
   const InBlock blk = in_block(mesh, s, o);
   if (mesh.device_id() != 0) return;
-  const double ep_s = ep_t.mean, ag_s = ag_t.mean;
+  // The verdict compares the fastest calls: robust on a shared machine (the means are printed).
+  const double ep_s = ep_t.min, ag_s = ag_t.min;
 
   const double row_bytes = 4.0 * static_cast<double>(o.hidden);
   // Sent + received: every scheme receives what it sends.
@@ -180,10 +192,10 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
     const double ep_mb = mb(t.ep_rows) + counts_bytes / 1e6;
     fmt::print(
         "{:>6} {:>6} {:>7} {:>8} | {:>8} {:>9.3f} {:>4} | {:>8} {:>9.3f} {:>6} | {:>8} {:>9.3f} "
-        "{:>6.2f}\n",
+        "{:>6}\n",
         d, t.tokens, t.experts, in, t.ep_rows, ep_mb, t.messages, t.min_rows, mb(t.min_rows),
         t.min_rows > 0 ? fmt::format("{:.3f}", static_cast<double>(t.ep_rows) / t.min_rows) : "-",
-        t.ag_rows, mb(t.ag_rows), mb(t.ag_rows) / ep_mb);
+        t.ag_rows, mb(t.ag_rows), ep_mb > 0 ? fmt::format("{:.2f}", mb(t.ag_rows) / ep_mb) : "-");
     ep_total += t.ep_rows, min_total += t.min_rows;
     ep_max = std::max(ep_max, t.ep_rows), min_max = std::max(min_max, t.min_rows);
     ag_max = std::max(ag_max, t.ag_rows), msgs_max = std::max(msgs_max, t.messages);
@@ -210,10 +222,10 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
       "(all_gather, reduce_scatter) = 2 x {} steps\n",
       d_size - 1, msgs_max, d_size - 1);
   fmt::print(
-      "time per dispatch + combine (replayed alone with this run's counts and shapes; mean (min) "
+      "time per dispatch + combine (replayed alone with this run's counts and shapes; min (mean) "
       "of {} calls, each after a barrier, slowest device): EP {:.3f} ms ({:.3f}), "
-      "all_gather-everything {:.3f} ms ({:.3f}): EP {:.2f}x {}\n",
-      o.iters, ep_t.mean * 1e3, ep_t.min * 1e3, ag_t.mean * 1e3, ag_t.min * 1e3,
+      "all_gather-everything {:.3f} ms ({:.3f}): by the min, EP {:.2f}x {}\n",
+      calls, ep_t.min * 1e3, ep_t.mean * 1e3, ag_t.min * 1e3, ag_t.mean * 1e3,
       ep_s < ag_s ? ag_s / ep_s : ep_s / ag_s, ep_s < ag_s ? "faster" : "slower");
   fmt::print(
       "inside ep_mlp_block (its CCL records, mean of {} calls, slowest device; they include "
@@ -227,7 +239,7 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
                   kBytesTarget, ratio, ratio <= kBytesTarget ? "meets" : "misses"));
   v.lines.push_back(fmt::format(
       "dispatch + combine faster than all_gather-everything at 8 ranks: EP {:.3f} ms, "
-      "all_gather {:.3f} ms at {} EP devices: {}",
+      "all_gather {:.3f} ms (min of the calls) at {} EP devices: {}",
       ep_s * 1e3, ag_s * 1e3, d_size,
       d_size != 8 ? (ep_s < ag_s ? "faster (not the 8-rank case)" : "slower (not the 8-rank case)")
                   : (ep_s < ag_s ? "meets" : "misses")));
@@ -236,9 +248,9 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
       {"row_bytes", row_bytes},
       {"counts_bytes", counts_bytes},
       {"ep_over_min", ratio},
-      {"ep_ms", ep_s * 1e3},
+      {"ep_mean_ms", ep_t.mean * 1e3},
       {"ep_min_ms", ep_t.min * 1e3},
-      {"all_gather_ms", ag_s * 1e3},
+      {"all_gather_mean_ms", ag_t.mean * 1e3},
       {"all_gather_min_ms", ag_t.min * 1e3},
       {"in_block_ms", {blk.seconds[0] * 1e3, blk.seconds[1] * 1e3, blk.seconds[2] * 1e3}},
       {"rows_match", blk.rows_match}};

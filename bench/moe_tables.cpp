@@ -128,12 +128,12 @@ nlohmann::json gemm_table(const MoeBenchOptions& o, Verdicts& v) {
       meets += ok ? 1 : 0;
       ++total;
       if (!ok) {
-        misses += fmt::format("{}{}x{}x{}x{} {} {:.2f}", misses.empty() ? "" : ", ", g.rows, g.in,
+        misses += fmt::format("{}{}x{}x{}x{} {} {:.3f}", misses.empty() ? "" : ", ", g.rows, g.in,
                               g.out, g.experts, routing, ratio);
       }
       fmt::print(
           "{:>6} {:>6} {:>6} {:>4}  {:<10} {:>4} {:>7} {:>10.2f} {:>8.1f} {:>10.2f} {:>8.1f} "
-          "{:>6.2f}  {}\n",
+          "{:>6.3f}  {}\n",
           g.rows, g.in, g.out, g.experts, routing, used, largest, gs * 1e3, flops / gs * 1e-9,
           ds * 1e3, flops / ds * 1e-9, ratio, ok ? "meets" : "misses");
       rows.push_back({{"rows", g.rows},
