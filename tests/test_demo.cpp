@@ -1,7 +1,8 @@
 // meshtest-demo run as a program under mpirun: at np 4 (default mesh 2x2) its gpt-oss section
 // prints the aggregated per-op table and writes reports/demo/ (CSV of every device's records,
 // measurements.json with e2e, a valid Chrome trace, ops.png); at np 3 (TP = 3 does not divide
-// the heads) the section is skipped and nothing is written; a mesh that is not np exits 2.
+// the heads) the section is skipped and nothing is written; the MoE section (expert parallel
+// on axis 0, TP on axis 1) passes at both; a mesh that is not np exits 2.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,19 @@ TEST(Demo, Np4ProfilesTheGptOssLayerAndWritesItsReports) {
   EXPECT_TRUE(has(r.out, "transformer block, mesh 2x2: PCC")) << r.out;
   EXPECT_TRUE(has(r.out, "per-op perf on mesh 2x2 (4 devices): 2 warm-up + 10 measured")) << r.out;
   EXPECT_TRUE(has(r.out, "e2e per step (profiling off, 10 warm-up, 100 measured")) << r.out;
+  // The MoE section: EP = 2 on axis 0, TP = 2 on axis 1, against one device, with and without
+  // a capacity; each EP device's tokens and experts.
+  EXPECT_TRUE(has(r.out,
+                  "experts and tokens on axis 0 (EP = 2), each expert's units on axis 1 "
+                  "(TP = 2)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "MoE block expert parallel, mesh 2x2: max abs")) << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "EP device 1 (mesh row 1, 2 TP devices): tokens [16, 32) (16), experts "
+                  "4..7 (4; each TP device holds 12 of their 24 units)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "  capacity factor 1: capacity 8 slots per expert, dropped")) << r.out;
+  EXPECT_TRUE(has(r.out, "MoE EP check: PASS")) << r.out;
 
   // measurements.json: 4 devices, 10 iterations, the layer's ops (attention, then the MoE MLP),
   // the tensor-parallel all-reduces on axis 1 and the token gathers on axis 0 as CCLs.
@@ -107,6 +121,13 @@ TEST(Demo, Np3SkipsTheGptOssLayerAndWritesNothing) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "mesh 1x3")) << r.out;
   EXPECT_TRUE(has(r.out, "skipped (no perf table, no reports): TP = 3")) << r.out;
+  // The MoE section runs (its intermediate 24 splits over TP = 3; EP = 1 holds all 8 experts).
+  EXPECT_TRUE(has(r.out, "MoE block expert parallel, mesh 1x3: max abs")) << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "EP device 0 (mesh row 0, 3 TP devices): tokens [0, 32) (32), experts "
+                  "0..7 (8; each TP device holds 8 of their 24 units)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "MoE EP check: PASS")) << r.out;
   EXPECT_FALSE(fs::exists(dir.path() / "demo"));
 }
 

@@ -22,6 +22,7 @@
 #include "src/check/metrics.hpp"
 #include "tools/ccl_cases.hpp"
 #include "tools/demo_sections.hpp"
+#include "tools/mesh_arg.hpp"
 
 namespace meshtest::dist {
 namespace {
@@ -117,16 +118,6 @@ Row measure(const Case& cs, int warmup, int iters) {
   return row;
 }
 
-/// Parses "RxC" (or "N" for 1 x N).
-std::vector<int> parse_mesh(const std::string& s) {
-  int r = 0, c = 0;
-  char x = 0, extra = 0;
-  const int n2 = std::sscanf(s.c_str(), "%d%c%d%c", &r, &x, &c, &extra);
-  if (n2 == 3 && (x == 'x' || x == 'X') && r > 0 && c > 0) return {r, c};
-  if (std::sscanf(s.c_str(), "%d%c", &r, &extra) == 1 && r > 0) return {r};
-  ::meshtest::fail("--mesh expects RxC (e.g. 2x4) or N with positive R, C, N; got '{}'", s);
-}
-
 std::vector<DType> parse_dtypes(const std::string& s) {
   std::vector<DType> out;
   std::stringstream in(s);
@@ -163,8 +154,8 @@ int demo(int argc, char** argv, int rank, int np) {
   const std::string mesh_arg = vm.count("mesh")         ? vm["mesh"].as<std::string>()
                                : np % 2 == 0 && np >= 4 ? fmt::format("2x{}", np / 2)
                                                         : fmt::format("1x{}", np);
-  const std::vector<int> shape = parse_mesh(mesh_arg);
-  const int devices = shape.size() == 1 ? shape[0] : shape[0] * shape[1];
+  const std::array<int, 2> shape = tools::parse_mesh_arg(mesh_arg);
+  const int devices = shape[0] * shape[1];
   MESHTEST_CHECK(devices == np,
                  "--mesh {} has {} devices but mpirun started {} ranks (run with -np {} or pass a "
                  "mesh of {} devices)",
@@ -176,7 +167,7 @@ int demo(int argc, char** argv, int rank, int np) {
                  warmup);
   const std::vector<DType> dtypes = parse_dtypes(vm["dtypes"].as<std::string>());
   g_communicating = true;
-  const MeshDevice mesh(shape);
+  const MeshDevice mesh(std::vector<int>{shape[0], shape[1]});
 
   const double t0 = MPI_Wtime();
   std::vector<Row> rows;
@@ -214,6 +205,7 @@ int demo(int argc, char** argv, int rank, int np) {
   }
   failed += demo_gpt_oss(mesh);
   failed += demo_dpsgd(mesh);
+  failed += demo_moe(mesh);
   return failed == 0 ? 0 : 1;
 }
 

@@ -15,4 +15,9 @@ int demo_gpt_oss(const MeshDevice& mesh);
 /// per-sample norms, mode time ratios (tools/demo_dpsgd.cpp).
 int demo_dpsgd(const MeshDevice& mesh);
 
+/// The MoE MLP block expert parallel (EP on axis 0, TP on axis 1) against mlp_block on one
+/// device, the tokens and experts of each EP device, and a capacity run's dropped slots
+/// (tools/demo_moe.cpp).
+int demo_moe(const MeshDevice& mesh);
+
 }  // namespace meshtest::dist
