@@ -100,15 +100,19 @@ double max_over(const MeshDevice& mesh, double v) {
 }
 
 /// ep_mlp_block's exchanges from its CCL records (o.iters calls under the profiler): the mean
-/// seconds per call of the counts all_to_all, the dispatch and the combine (slowest device;
-/// they include waiting for slower devices), and whether every dispatch and combine record
-/// carried the rows ep_traffic counted for this device.
+/// seconds per call of the side lists, the dispatch and the combine (its three all_to_all_v;
+/// slowest device; they include waiting for slower devices), and whether every record carried
+/// the side values and rows ep_traffic counted for this device.
 struct InBlock {
   std::array<double, 3> seconds{};
   bool rows_match = true;
 };
 InBlock in_block(const MeshDevice& mesh, const EpProblem& s, const MoeBenchOptions& o) {
   const DeviceTraffic& me = s.traffic[static_cast<std::size_t>(s.w.device)];
+  const auto sum = [](const std::vector<std::int64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), std::int64_t{0});
+  };
+  const std::array<std::int64_t, 3> want{sum(me.side_to), sum(me.to), sum(me.from)};
   std::vector<perf::OpRecord> recs;
   {
     const perf::Session session;
@@ -118,17 +122,12 @@ InBlock in_block(const MeshDevice& mesh, const EpProblem& s, const MoeBenchOptio
   InBlock b;
   int v = 0;
   for (const perf::OpRecord& r : recs) {
-    if (r.op_type != perf::OpType::ccl) continue;
-    const double sec = static_cast<double>(r.duration_ns()) * 1e-9 / o.iters;
-    if (r.op_code == "all_to_all") b.seconds[0] += sec;
-    if (r.op_code != "all_to_all_v") continue;
-    const bool dispatch = v++ % 2 == 0;
-    b.seconds[dispatch ? 1 : 2] += sec;
-    const std::vector<std::int64_t>& rows = dispatch ? me.to : me.from;
-    const std::int64_t want = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
-    b.rows_match = b.rows_match && !r.inputs.empty() && r.inputs[0].shape[0] == want;
+    if (r.op_type != perf::OpType::ccl || r.op_code != "all_to_all_v") continue;
+    const auto step = static_cast<std::size_t>(v++ % 3);
+    b.seconds[step] += static_cast<double>(r.duration_ns()) * 1e-9 / o.iters;
+    b.rows_match = b.rows_match && !r.inputs.empty() && r.inputs[0].shape[0] == want[step];
   }
-  b.rows_match = b.rows_match && v == 2 * o.iters;
+  b.rows_match = b.rows_match && v == 3 * o.iters;
   for (double& sec : b.seconds) sec = max_over(mesh, sec);
   b.rows_match = max_over(mesh, b.rows_match ? 0.0 : 1.0) == 0.0;
   return b;
@@ -139,17 +138,15 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
   const int d_size = s.placement.num_devices;
   const DeviceTraffic& me = s.traffic[static_cast<std::size_t>(s.w.device)];
   // The replay: ep_mlp_block's three exchanges with this run's counts and shapes.
-  std::size_t widest = 0;
-  for (const auto& e : s.placement.experts_of) widest = std::max(widest, e.size());
-  const std::int64_t counts_len = static_cast<std::int64_t>(d_size * (widest + 1));
-  const Tensor counts(Shape{counts_len}, DType::i64);
+  const Tensor side(Shape{std::accumulate(me.side_to.begin(), me.side_to.end(), std::int64_t{0})},
+                    DType::f64);
   const std::int64_t send_rows = std::accumulate(me.to.begin(), me.to.end(), std::int64_t{0});
   const Tensor rows = random_uniform(Shape{send_rows, o.hidden}, DType::f32, {.seed = 3});
   const int calls = kExchangeCalls * o.iters;
   const Timing ep_t = timing(
       mesh, o,
       [&] {
-        dist::all_to_all(mesh, counts, {.split_dim = 0, .concat_dim = 0, .axis = o.ep_axis});
+        dist::all_to_all_v(mesh, side, me.side_to, {.axis = o.ep_axis});
         const Tensor got = dist::all_to_all_v(mesh, rows, me.to, {.axis = o.ep_axis});
         dist::all_to_all_v(mesh, got, me.from, {.axis = o.ep_axis});
       },
@@ -167,57 +164,68 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
   const double ep_s = ep_t.min, ag_s = ag_t.min;
 
   const double row_bytes = 4.0 * static_cast<double>(o.hidden);
-  // Sent + received: every scheme receives what it sends.
-  const double counts_bytes = 2.0 * (d_size - 1) * static_cast<double>(widest + 1) * 8.0;
+  // Sent + received: every row scheme receives what it sends. EP's control bytes: its side
+  // lists (f64 values, itself excluded) and the count matrix each of its 3 all_to_all_v
+  // all-gathers (D int64 to and from each other device).
+  const double counts_bytes = 3.0 * 2.0 * (d_size - 1) * d_size * 8.0;
   const auto mb = [&](std::int64_t each_way) { return 2.0 * row_bytes * each_way / 1e6; };
+  const auto control = [&](const DeviceTraffic& t) {
+    return 8.0 * static_cast<double>(t.side_values) + counts_bytes;
+  };
   fmt::print(
-      "\n(b) dispatch + combine on the EP axis ({} devices): ep_mlp_block's per-expert counts "
-      "(all_to_all), rows (all_to_all_v) and the rows back (reverse all_to_all_v), against the "
+      "\n(b) dispatch + combine on the EP axis ({} devices): ep_mlp_block's side lists "
+      "(all_to_all_v of f64: per device T_local, the rows, and per row its local experts and "
+      "routing weights), rows (all_to_all_v: each token once per device holding one of its "
+      "experts) and the rows back (reverse all_to_all_v: one per received token), against the "
       "minimum (one row per token and distinct other device holding one of its experts, and "
       "one back) and all_gather-everything (all_gather of the tokens, reduce_scatter of the "
       "partial outputs, direct algorithm). A row = hidden f32 = {} B; rows are each way (every "
-      "scheme receives what it sends), MB = sent + received; msgs = non-empty row messages "
-      "sent{}\n",
-      d_size, row_bytes,
+      "scheme receives what it sends), MB = sent + received (EP's with its control bytes: side "
+      "lists and the 3 count matrices of {} B); msgs = non-empty row messages sent{}\n",
+      d_size, row_bytes, counts_bytes,
       mesh.axis_size(1 - o.ep_axis) > 1 ? "; every TP replica makes the same exchange" : "");
   fmt::print(
-      "{:>6} {:>6} {:>7} {:>8} | {:>8} {:>9} {:>4} | {:>8} {:>9} {:>6} | {:>8} {:>9} {:>6}\n",
-      "device", "tokens", "experts", "rows in", "EP rows", "EP MB", "msgs", "min rows", "min MB",
-      "EP/min", "AG rows", "AG MB", "AG/EP");
-  std::int64_t ep_total = 0, min_total = 0, ep_max = 0, min_max = 0, ag_max = 0, msgs_max = 0;
+      "{:>6} {:>6} {:>7} {:>7} {:>7} | {:>8} {:>8} {:>9} {:>4} | {:>8} {:>9} {:>6} | {:>8} "
+      "{:>9} {:>6}\n",
+      "device", "tokens", "experts", "rows in", "pairs", "EP rows", "side KB", "EP MB", "msgs",
+      "min rows", "min MB", "EP/min", "AG rows", "AG MB", "AG/EP");
+  std::int64_t min_total = 0, min_max = 0, ag_max = 0, msgs_max = 0;
+  double ep_bytes = 0, ep_max = 0, control_max = 0;
   nlohmann::json devices = nlohmann::json::array();
   for (int d = 0; d < d_size; ++d) {
     const DeviceTraffic& t = s.traffic[static_cast<std::size_t>(d)];
     const std::int64_t in = std::accumulate(t.from.begin(), t.from.end(), std::int64_t{0});
-    const double ep_mb = mb(t.ep_rows) + counts_bytes / 1e6;
+    const double ep_mb = mb(t.ep_rows) + control(t) / 1e6;
     fmt::print(
-        "{:>6} {:>6} {:>7} {:>8} | {:>8} {:>9.3f} {:>4} | {:>8} {:>9.3f} {:>6} | {:>8} {:>9.3f} "
-        "{:>6}\n",
-        d, t.tokens, t.experts, in, t.ep_rows, ep_mb, t.messages, t.min_rows, mb(t.min_rows),
-        t.min_rows > 0 ? fmt::format("{:.3f}", static_cast<double>(t.ep_rows) / t.min_rows) : "-",
-        t.ag_rows, mb(t.ag_rows), ep_mb > 0 ? fmt::format("{:.2f}", mb(t.ag_rows) / ep_mb) : "-");
-    ep_total += t.ep_rows, min_total += t.min_rows;
-    ep_max = std::max(ep_max, t.ep_rows), min_max = std::max(min_max, t.min_rows);
+        "{:>6} {:>6} {:>7} {:>7} {:>7} | {:>8} {:>8.2f} {:>9.3f} {:>4} | {:>8} {:>9.3f} {:>6} | "
+        "{:>8} {:>9.3f} {:>6}\n",
+        d, t.tokens, t.experts, in, t.pairs, t.ep_rows, 8.0 * t.side_values / 1e3, ep_mb,
+        t.messages, t.min_rows, mb(t.min_rows),
+        t.min_rows > 0 ? fmt::format("{:.3f}", ep_mb / mb(t.min_rows)) : "-", t.ag_rows,
+        mb(t.ag_rows), ep_mb > 0 ? fmt::format("{:.2f}", mb(t.ag_rows) / ep_mb) : "-");
+    ep_bytes += ep_mb * 1e6, min_total += t.min_rows;
+    ep_max = std::max(ep_max, ep_mb), min_max = std::max(min_max, t.min_rows);
+    control_max = std::max(control_max, control(t));
     ag_max = std::max(ag_max, t.ag_rows), msgs_max = std::max(msgs_max, t.messages);
     devices.push_back({{"device", d},
                        {"tokens", t.tokens},
                        {"experts", t.experts},
                        {"rows_in", in},
+                       {"pairs", t.pairs},
                        {"ep_rows", t.ep_rows},
+                       {"side_bytes", 8 * t.side_values},
                        {"min_rows", t.min_rows},
                        {"ag_rows", t.ag_rows},
                        {"messages", t.messages}});
   }
-  const double ratio = min_total > 0 ? (2.0 * row_bytes * ep_total + d_size * counts_bytes) /
-                                           (2.0 * row_bytes * min_total)
-                                     : 1.0;
+  const double ratio = min_total > 0 ? ep_bytes / (2.0 * row_bytes * min_total) : 1.0;
   fmt::print(
-      "bytes per device (max over devices): EP {:.3f} MB (rows, and {:.0f} B of counts), minimum "
-      "{:.3f} MB, all_gather-everything {:.3f} MB; EP / minimum over all devices = {:.3f} "
-      "(target <= {})\n",
-      mb(ep_max) + counts_bytes / 1e6, counts_bytes, mb(min_max), mb(ag_max), ratio, kBytesTarget);
+      "bytes per device (max over devices): EP {:.3f} MB (rows, and {:.0f} B of side lists and "
+      "count matrices at most), minimum {:.3f} MB, all_gather-everything {:.3f} MB; EP / minimum "
+      "over all devices = {:.3f} (target <= {})\n",
+      ep_max, control_max, mb(min_max), mb(ag_max), ratio, kBytesTarget);
   fmt::print(
-      "steps per device: EP 3 CCL calls (counts, dispatch, combine) = 3 x {} messages in a "
+      "steps per device: EP 3 CCL calls (side lists, dispatch, combine) = 3 x {} messages in a "
       "pairwise exchange, of which {} carry rows at most; all_gather-everything 2 CCL calls "
       "(all_gather, reduce_scatter) = 2 x {} steps\n",
       d_size - 1, msgs_max, d_size - 1);
@@ -229,8 +237,8 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
       ep_s < ag_s ? ag_s / ep_s : ep_s / ag_s, ep_s < ag_s ? "faster" : "slower");
   fmt::print(
       "inside ep_mlp_block (its CCL records, mean of {} calls, slowest device; they include "
-      "waiting for slower devices): counts all_to_all {:.3f} ms, dispatch {:.3f} ms, combine "
-      "{:.3f} ms; the records' rows equal the counted rows: {}\n",
+      "waiting for slower devices): side lists {:.3f} ms, dispatch {:.3f} ms, combine {:.3f} ms; "
+      "the records' side values and rows equal the counted ones: {}\n",
       o.iters, blk.seconds[0] * 1e3, blk.seconds[1] * 1e3, blk.seconds[2] * 1e3,
       blk.rows_match ? "yes" : "NO");
   if (!blk.rows_match) ++v.failed;
@@ -246,7 +254,7 @@ void exchange_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpPr
   doc["exchange"] = {
       {"devices", devices},
       {"row_bytes", row_bytes},
-      {"counts_bytes", counts_bytes},
+      {"count_matrix_bytes", counts_bytes},
       {"ep_over_min", ratio},
       {"ep_mean_ms", ep_t.mean * 1e3},
       {"ep_min_ms", ep_t.min * 1e3},

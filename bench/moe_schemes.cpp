@@ -90,7 +90,9 @@ Tensor all_gather_mlp_block(const dist::MeshDevice& mesh, const Tensor& x,
   const Permutation mine = local_slots(r, w.placement, w.device);
   const Tensor y = dist::ep_detail::local_experts(mesh, permute(all, mine), mine, w, p, o).y;
   const Tensor partial = unpermute(y, mine, r.weights);
-  return add(x, dist::reduce_scatter(mesh, partial, {.dim = 0, .axis = o.ep_axis}));
+  Tensor out = dist::reduce_scatter(mesh, partial, {.dim = 0, .axis = o.ep_axis});
+  dist::ep_detail::sum_over_tp(mesh, out, o);
+  return add(x, out);
 }
 
 std::vector<DeviceTraffic> ep_traffic(std::span<const std::int64_t> experts, std::int64_t k,
@@ -109,7 +111,9 @@ std::vector<DeviceTraffic> ep_traffic(std::span<const std::int64_t> experts, std
     dt.to.assign(d_count, 0);
     dt.from.assign(d_count, 0);
   }
-  std::vector<char> hit(d_count);
+  // pairs_to[o][d]: the slots of device o's tokens whose expert is on device d.
+  std::vector<std::vector<std::int64_t>> pairs_to(d_count, std::vector<std::int64_t>(d_count, 0));
+  std::vector<std::int64_t> on(d_count);
   int owner = -1;
   std::int64_t owner_end = 0;  // one past the last token of `owner`
   for (std::int64_t t = 0; t < tokens; ++t) {
@@ -117,28 +121,34 @@ std::vector<DeviceTraffic> ep_traffic(std::span<const std::int64_t> experts, std
       const Range r = split_range(tokens, devices, ++owner);
       owner_end = r.start + r.size;
     }
-    std::fill(hit.begin(), hit.end(), 0);
+    const auto src = static_cast<std::size_t>(owner);
+    std::fill(on.begin(), on.end(), 0);
     for (std::int64_t j = 0; j < k; ++j) {
       const std::int64_t e = experts[static_cast<std::size_t>(t * k + j)];
       MESHTEST_CHECK(e >= 0 && e < placement.num_experts,
                      "ep_traffic: token {} goes to expert {}, expected [0, {})", t, e,
                      placement.num_experts);
-      const auto dst = static_cast<std::size_t>(placement.device_of[static_cast<std::size_t>(e)]);
-      ++out[static_cast<std::size_t>(owner)].to[dst];
-      ++out[dst].from[static_cast<std::size_t>(owner)];
-      hit[dst] = 1;
+      ++on[static_cast<std::size_t>(placement.device_of[static_cast<std::size_t>(e)])];
     }
     for (std::size_t dst = 0; dst < d_count; ++dst) {
-      if (hit[dst] == 0 || dst == static_cast<std::size_t>(owner)) continue;
-      ++out[static_cast<std::size_t>(owner)].min_rows;  // the row out, and its result back
+      if (on[dst] == 0) continue;
+      ++out[src].to[dst];  // the token once per device holding one of its experts
+      ++out[dst].from[src];
+      out[dst].pairs += on[dst];
+      pairs_to[src][dst] += on[dst];
+      if (dst == src) continue;
+      ++out[src].min_rows;  // the row out, and its result back
       ++out[dst].min_rows;
     }
   }
   for (std::size_t d = 0; d < d_count; ++d) {
     DeviceTraffic& dt = out[d];
+    dt.side_to.assign(d_count, 0);
     for (std::size_t o = 0; o < d_count; ++o) {
+      dt.side_to[o] = dist::ep_detail::side_values(dt.to[o], pairs_to[d][o]);
       if (o == d) continue;
       dt.ep_rows += dt.to[o] + dt.from[o];
+      dt.side_values += dt.side_to[o] + dist::ep_detail::side_values(dt.from[o], pairs_to[o][d]);
       dt.messages += (dt.to[o] > 0 ? 1 : 0) + (dt.from[o] > 0 ? 1 : 0);
     }
     dt.ag_rows = (devices - 1) * dt.tokens + tokens - dt.tokens;

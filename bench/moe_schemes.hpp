@@ -27,29 +27,34 @@ dist::WeightSource random_mlp_source(const GptOssConfig& c, std::uint64_t seed);
 /// split over o.ep_axis by the array_split rule, experts placed by w.placement, their units
 /// split over the TP axis): t = rms_norm(x); every device all_gathers t over the EP axis,
 /// routes all T tokens (the router is replicated), runs its own experts on the rows routed to
-/// them (the grouped GEMMs and the TP all_reduce of ep_detail::local_experts, as ep_moe),
-/// weights and sums them into [T, hidden] (zero rows for tokens none of its experts serves)
-/// and reduce_scatters that over the EP axis back to its own tokens; out = x + that.
+/// them (the grouped GEMMs of ep_detail::local_experts, as ep_moe), weights and sums them into
+/// [T, hidden] (zero rows for tokens none of its experts serves), reduce_scatters that over the
+/// EP axis back to its own tokens and sums it over the TP axis (all_reduce, as ep_moe sums its
+/// rows after the weights); out = x + that.
 ///   x: [T_local, hidden] f32 -> [T_local, hidden]. Collective over the whole mesh. Without a
 /// capacity it equals ep_mlp_block (to f32 rounding). No checks beyond those of its ops.
 Tensor all_gather_mlp_block(const dist::MeshDevice& mesh, const Tensor& x,
                             const dist::EpMlpWeights& w, const MoeParams& p,
                             const dist::EpOptions& o);
 
-/// What one EP device's exchanges carry, in rows of `hidden` values. Every scheme below sends
-/// as many rows as it receives, so one figure per scheme is each way.
+/// What one EP device's exchanges carry, in rows of `hidden` values (the row exchanges) and in
+/// f64 values (EP's side lists). Every row scheme below sends as many rows as it receives, so
+/// one figure per scheme is each way.
 struct DeviceTraffic {
-  std::int64_t tokens = 0;         ///< its tokens (the array_split share of T)
-  std::int64_t experts = 0;        ///< its experts
-  std::vector<std::int64_t> to;    ///< [D]: rows its dispatch sends to each device, itself too
-  std::vector<std::int64_t> from;  ///< [D]: rows its dispatch receives from each device
-  std::int64_t ep_rows = 0;        ///< EP: one row per slot whose expert is elsewhere, dispatch +
-                                   ///< combine (the combine returns the rows the dispatch brought)
-  std::int64_t min_rows = 0;       ///< the minimum: one row per (token, distinct other device of
-                                   ///< its experts) in the dispatch, and one back in the combine
-  std::int64_t ag_rows = 0;   ///< all_gather-everything: (D − 1)·T_d + T − T_d (all_gather
-                              ///< and reduce_scatter, direct algorithm)
-  std::int64_t messages = 0;  ///< non-empty row messages the EP dispatch and combine send
+  std::int64_t tokens = 0;            ///< its tokens (the array_split share of T)
+  std::int64_t experts = 0;           ///< its experts
+  std::int64_t pairs = 0;             ///< the (token, expert) pairs its experts compute
+  std::vector<std::int64_t> to;       ///< [D]: rows its dispatch sends to each device, itself too
+  std::vector<std::int64_t> from;     ///< [D]: rows its dispatch receives from each device
+  std::vector<std::int64_t> side_to;  ///< [D]: side-list values it sends to each device
+  std::int64_t ep_rows = 0;      ///< EP: one row per (token, distinct other device of its experts)
+                                 ///< in the dispatch, and one back in the combine
+  std::int64_t side_values = 0;  ///< EP side-list values sent + received, itself excluded
+  std::int64_t min_rows = 0;     ///< the minimum: one row per (token, distinct other device of
+                                 ///< its experts) in the dispatch, and one back in the combine
+  std::int64_t ag_rows = 0;      ///< all_gather-everything: (D − 1)·T_d + T − T_d (all_gather
+                                 ///< and reduce_scatter, direct algorithm)
+  std::int64_t messages = 0;     ///< non-empty row messages the EP dispatch and combine send
 };
 
 /// Per EP device d, from the experts of all T tokens (experts: [T * k], token order, tokens

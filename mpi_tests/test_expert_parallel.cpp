@@ -7,6 +7,8 @@
 // (ep_test::dropped_slots); the reference zeroes their routing weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "dist/testing/harness.hpp"
 #include "mpi_tests/support/ep_moe.hpp"
 #include "src/ops/elementwise.hpp"
+#include "src/perf/profiler.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dist {
@@ -196,6 +199,76 @@ TEST_P(ExpertParallel, Hidden8192TwoTokens) {
               .hidden = 8192,
               .units_per_tp = 1,
               .dtype = DType::f32});
+}
+
+TEST_P(ExpertParallel, DispatchSendsOneRowPerTokenAndDevice) {
+  // The dispatch sends a token once to every EP device holding one of its experts (its own
+  // device too, a local copy), not once per slot: with k = E a token goes to min(D, E) devices
+  // where a per-slot dispatch sent it k times. Counted here from the routing and the placement; the
+  // CCL records show the forward and backward exchanges carried exactly those rows, and side
+  // lists of 2 + rows + 2 · pairs values per device (the header's layout).
+  const std::vector<EpCase> cases{
+      {.name = "random"},
+      {.name = "k = E", .tokens = 7, .experts = 5, .k = 5},
+      {.name = "E 8 top-4 balanced",
+       .tokens = 13,
+       .experts = 8,
+       .k = 4,
+       .assignment = ExpertAssignment::Balanced},
+      {.name = "capacity 0.5 (drops do not change the rows)", .tokens = 13, .capacity = 0.5},
+      {.name = "no tokens", .tokens = 0},
+  };
+  for (const EpCase& c : cases) {
+    const Setup s = setup(c);
+    const auto devices = static_cast<std::size_t>(s.ep.size);
+    const auto me = static_cast<std::size_t>(s.ep.index);
+    std::vector<std::int64_t> sent(devices, 0), received(devices, 0), pairs(devices, 0);
+    for (int src = 0; src < s.ep.size; ++src) {
+      const auto owner = static_cast<std::size_t>(src);
+      const Range tokens = split_range(c.tokens, s.ep.size, src);
+      for (std::int64_t t = tokens.start; t < tokens.start + tokens.size; ++t) {
+        std::vector<std::int64_t> slots_on(devices, 0);
+        for (std::int64_t j = 0; j < c.k; ++j) {
+          ++slots_on[static_cast<std::size_t>(
+              s.placement.device_of[static_cast<std::size_t>(s.pb.r.experts[t * c.k + j])])];
+        }
+        for (std::size_t d = 0; d < devices; ++d) {
+          if (slots_on[d] == 0) continue;
+          if (owner == me) ++sent[d], pairs[d] += slots_on[d];
+          if (d == me) ++received[owner];
+        }
+      }
+    }
+    const Routing r = local_routing(s.pb.r, s.mine);
+    const Tensor t = s.pb.t.slice(0, s.mine), g = s.pb.grad_out.slice(0, s.mine);
+    const MoeParams p = s.pb.config.moe_params();
+    std::vector<perf::OpRecord> recs;
+    EpMoeResult moe;
+    {
+      const perf::Session session;
+      moe = ep_moe(mesh(), t, r, s.w, p, options(c));
+      ep_moe_backward(mesh(), t, r, s.w, g, p, options(c));
+      recs = perf::records();
+    }
+    EXPECT_EQ(moe.rows_sent, sent) << s.label;
+    EXPECT_EQ(moe.rows_received, received) << s.label;
+    std::int64_t side = 0;
+    for (std::size_t d = 0; d < devices; ++d) side += 2 + sent[d] + 2 * pairs[d];
+    const std::int64_t out = std::accumulate(sent.begin(), sent.end(), std::int64_t{0});
+    const std::int64_t in = std::accumulate(received.begin(), received.end(), std::int64_t{0});
+    // Per call: the side lists, the dispatch, the combine (inputs' rows), forward then backward.
+    const std::vector<std::int64_t> want{side, out, in, side, out, in};
+    std::vector<std::int64_t> got;
+    for (const perf::OpRecord& rec : recs) {
+      if (rec.op_code == "all_to_all_v" && !rec.inputs.empty()) {
+        got.push_back(rec.inputs[0].shape[0]);
+      }
+    }
+    EXPECT_EQ(got, want) << s.label;
+    if (c.k == c.experts) {  // every device holding experts gets each token once
+      EXPECT_EQ(out, r.num_tokens * std::min<std::int64_t>(s.ep.size, c.experts)) << s.label;
+    }
+  }
 }
 
 TEST_P(ExpertParallel, ShardsHoldTheirExpertsAndTheGlobalLoadBalances) {

@@ -1,5 +1,6 @@
 // expert_parallel: expert placement, EP weight shards, and the expert-parallel MoE forward
-// (counts exchange, dispatch, grouped GEMMs, TP sum, combine). The backward is in
+// (side exchange, dispatch of one row per token and device, grouped GEMMs, the weighted sum of
+// each row's pairs, TP sum, combine). The backward is in
 // expert_parallel_grad.cpp; the shared routes in ep_routes.cpp.
 #include "dist/parallel/expert_parallel.hpp"
 
@@ -37,11 +38,18 @@ EpMoeResult moe_unchecked(const MeshDevice& mesh, const Tensor& t, const Routing
   const ep_detail::Routes routes = ep_detail::plan_routes(mesh, r, w, p, o);
   const Tensor rows =
       all_to_all_v(mesh, permute(t, routes.send), routes.send_counts, {.axis = o.ep_axis});
-  const ep_detail::ExpertActivations acts =
-      ep_detail::local_experts(mesh, permute(rows, routes.recv), routes.recv, w, p, o);
-  const Tensor back = all_to_all_v(mesh, ep_detail::to_receive_order(acts.y, routes.recv),
-                                   routes.recv_counts, {.axis = o.ep_axis});
-  return {.out = unpermute(back, routes.send, r.weights), .dropped = routes.dropped};
+  const Tensor y =
+      ep_detail::local_experts(mesh, permute(rows, routes.recv), routes.recv, w, p, o).y;
+  // One row per received token: its pairs weighted and summed (a dropped pair adds nothing),
+  // then summed over TP (linear in y, so the TP partials may be summed after the weights).
+  Tensor combined = unpermute(y, routes.recv, routes.recv_weights);
+  ep_detail::sum_over_tp(mesh, combined, o);
+  const Tensor back = all_to_all_v(mesh, combined, routes.recv_counts, {.axis = o.ep_axis});
+  return {.out = unpermute(back, routes.send,
+                           ep_detail::ones(Shape{r.num_tokens, routes.send.k}, t.dtype())),
+          .dropped = routes.dropped,
+          .rows_sent = routes.send_counts,
+          .rows_received = routes.recv_counts};
 }
 
 }  // namespace

@@ -8,14 +8,26 @@
 //     balanced by load); its mlp1/mlp2 weights are split over the TP axis as tp_shard does, so a
 //     device holds [E_local, 2I/tp, hidden] and [E_local, hidden, I/tp];
 //   - the router (norm, gate) is replicated and runs on the local tokens.
-// The block: t = rms_norm(x); r = top-k router; rows grouped by destination device and expert;
-// per-expert counts exchanged first (all_to_all on the EP axis), then the token rows
-// (all_to_all_v); the receiver optionally applies the capacity (in global token order, so it
-// equals the single-device capacity) and runs its experts as grouped GEMMs; the partial mlp2
-// products are summed over the TP axis (all_reduce), the mlp2 bias joining once (TP device 0
-// adds it in its GEMM, so a dropped row, never computed, stays zero with no bias); the rows go
-// back by the reverse all_to_all_v; the sender weights and sums them (unpermute);
-// out = x + that. A device holding no experts, or no tokens, still joins every exchange.
+// The block: t = rms_norm(x); r = top-k router; each local token goes ONCE to every EP device
+// holding one of its experts (its own device too, as a local copy), not once per routed slot:
+//   1. side exchange (all_to_all_v on the EP axis, f64): to each device T_local, the row count,
+//      and per row its pairs — the token's experts on that device (their local indices) and
+//      their routing weights, in routing order; 2 + rows + 2·pairs values per device;
+//   2. dispatch (all_to_all_v): the token rows, grouped by destination, tokens ascending;
+//   3. the receiver expands its rows into (row, local expert) pairs grouped by expert in
+//      global token order, applies the capacity there (so it equals the single-device
+//      apply_capacity with expert_capacity(T_global, ...)), runs its experts as grouped GEMMs
+//      (this TP device's units; TP device 0 adds the mlp2 bias, so it is weighted with its
+//      pair and a dropped pair, never computed, adds nothing), multiplies each pair by its
+//      routing weight, sums the pairs of a row and sums that over the TP axis (all_reduce);
+//   4. combine (the reverse all_to_all_v): one row back per received token; the sender sums a
+//      token's returned rows over the devices in ascending order; out = x + that.
+// Summation order: moe_combine sums a token's k weighted expert outputs in routing order; here
+// the pairs of one device are summed in routing order, then the devices' sums in ascending
+// device order (and the TP partials after the weights). The result equals moe_combine to
+// rounding, not bit for bit (f32 within 1e-5, f64 within 1e-12 relative in the tests; bf16
+// rounds each device's sum once more). A device holding no experts, or no tokens, still joins
+// every exchange.
 //
 // Every function is collective over the whole mesh: all devices call it with the same
 // arguments apart from their own shards, and run the same CCLs in the same order. Bad input
@@ -100,19 +112,24 @@ EpMlpWeights shard_ep_mlp_weights(const WeightSource& src, const GptOssConfig& c
 struct EpMoeResult {
   Tensor out;                ///< [T_local, hidden]: Σ_j w[t, j] (y[t, j] + mlp2_bias[e])
   std::int64_t dropped = 0;  ///< slots dropped by the capacity over the EP group (0 without)
+  /// [D]: token rows this device's dispatch sent to each EP device (itself included: a local
+  /// copy): one per local token and distinct device holding one of its experts.
+  std::vector<std::int64_t> rows_sent;
+  /// [D]: token rows it received from each EP device (its combine returns as many).
+  std::vector<std::int64_t> rows_received;
 };
 
 /// out = moe_combine(moe_experts(t, r, ...), r, mlp2_bias) for the local tokens, with the
-/// experts on their EP devices: per-expert counts (and T_local) exchanged by all_to_all on the
-/// EP axis, the rows (grouped by destination device, then expert, then token) by all_to_all_v;
-/// the receiver keeps at most expert_capacity(T_global, k, E, factor) rows of each expert when
-/// o.capacity_factor is set (o.drop_policy over the rows in global token order, T_global the
-/// tokens of the EP group: it equals apply_capacity on the single device's permutation; a
-/// LowestWeight policy also sends each row's routing weight), runs them as grouped GEMMs
-/// (mlp1 with bias, swiglu, mlp2 with its bias on TP device 0), sums the mlp2 products over the
-/// TP axis (all_reduce), and returns the rows by the reverse all_to_all_v (a dropped row as
-/// zeros); the sender weights and sums them (unpermute). A dropped slot adds nothing (no bias
-/// either), so a token whose slots all dropped gets zeros (the block's residual remains).
+/// experts on their EP devices (the steps of the file comment): the side lists by all_to_all_v
+/// on the EP axis, one row per token and device by all_to_all_v; the receiver keeps at most
+/// expert_capacity(T_global, k, E, factor) pairs of each expert when o.capacity_factor is set
+/// (o.drop_policy over the pairs in global token order, T_global the tokens of the EP group: it
+/// equals apply_capacity on the single device's permutation), runs them as grouped GEMMs
+/// (mlp1 with bias, swiglu, mlp2 with its bias on TP device 0), weights and sums each row's
+/// pairs, sums over the TP axis (all_reduce), and returns one row per received token by the
+/// reverse all_to_all_v; the sender sums each token's rows (devices ascending). A dropped slot
+/// adds nothing (no bias either), so a token whose slots all dropped gets zeros (the block's
+/// residual remains).
 ///   t: [T_local, hidden] (the normed tokens), r: their routing (r.k = p.experts_per_token),
 ///   w: shard_ep_mlp_weights(...); f32, f64 or bf16, all of t's dtype.
 /// Throws the same Error on every device, before any communication, for a bad ep_axis, a
@@ -129,11 +146,15 @@ EpMoeResult ep_moe(const MeshDevice& mesh, const Tensor& t, const Routing& r, co
 Tensor ep_mlp_block(const MeshDevice& mesh, const Tensor& x, const EpMlpWeights& w,
                     const MoeParams& p, const EpOptions& o = {});
 
-/// The backward of ep_moe for the local tokens through the same exchanges: the rows travel
-/// with their grad_out and routing weight, the receiver recomputes its experts' forward
-/// (mlp2 summed over the TP axis), runs grouped_gemm_backward and swiglu_backward, sums the
-/// grad of its rows over the TP axis and returns it with the routing-weight grad of each row
-/// by the reverse all_to_all_v. Dropped slots get zero grads. Returns (MoeGrads fields):
+/// The backward of ep_moe for the local tokens through the same routes: the side exchange,
+/// then each token's row once per device with its grad_out row beside it; the receiver
+/// recomputes its experts' forward on the pairs (this TP device's units), gets each pair's
+/// grad at the expert output (weight · grad_out) and its routing-weight grad (grad_out · y,
+/// a TP partial), runs grouped_gemm_backward and swiglu_backward, sums each row's grad of x over
+/// its pairs, sums [grad of x, the row's k weight grads] over the TP axis (one all_reduce) and
+/// returns one row per received token by the reverse all_to_all_v; the sender sums a token's
+/// grad-of-x rows over the devices (ascending) and places the weight grads at their slots.
+/// Dropped slots get zero grads. Returns (MoeGrads fields):
 ///   t [T_local, hidden], weights [T_local, k]: the local tokens' rows of moe_backward's;
 ///   mlp1_weight [E_local, 2I/tp, hidden], mlp1_bias [E_local, 2I/tp], mlp2_weight
 ///   [E_local, hidden, I/tp]: the local experts' TP slices of moe_backward's; mlp2_bias

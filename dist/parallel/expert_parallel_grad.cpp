@@ -1,8 +1,8 @@
 // expert_parallel_grad: the backward of the expert-parallel routed experts and combine, through
-// the forward's exchanges (rows with their grad_out and routing weight out, grads back).
+// the forward's routes (the side lists, each token's row and grad_out row once per device out,
+// one row of grads back).
 #include <string_view>
 
-#include "dist/ccl/all_reduce.hpp"
 #include "dist/ccl/all_to_all.hpp"
 #include "dist/mesh/agree.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -15,8 +15,9 @@
 namespace meshtest::dist {
 namespace {
 
-// The grad at the experts' outputs and of the routing weights, per kept row:
-// g = w · grad_out (the combine's weight) and gw = grad_out · y (y with the mlp2 bias).
+// The grad at the experts' outputs and of the routing weights, per kept pair:
+// g = w · grad_out (the combine's weight) and gw = grad_out · y (y this TP device's part of the
+// expert output, with the mlp2 bias on TP device 0: gw is a TP partial, linear in y).
 //   grad_out, y: [n, hidden], w: [n, 1]  ->  {g [n, hidden], gw [n, 1]}
 struct OutputGrads {
   Tensor g;
@@ -46,7 +47,7 @@ MoeGrads ep_moe_backward(const MeshDevice& mesh, const Tensor& t, const Routing&
                          const EpOptions& o) {
   constexpr std::string_view op = "ep_moe_backward";
   perf::OpScope scope(op);
-  const int tp_axis = ep_tp_axis(o);
+  ep_tp_axis(o);
   check_and_agree(mesh.comm(), op, [&] {
     MESHTEST_DIST_CHECK(t.rank() == 2, "{}: t has shape {}, expected [T_local, hidden]", op,
                         t.shape());
@@ -58,21 +59,20 @@ MoeGrads ep_moe_backward(const MeshDevice& mesh, const Tensor& t, const Routing&
                         "{}: grad_out is {}, expected {}[{}] (as t)", op, describe(grad_out),
                         t.dtype(), t.shape());
   });
-  const std::int64_t hidden = t.shape()[1];
+  const std::int64_t hidden = t.shape()[1], k = r.k;
   const ep_detail::Routes routes = ep_detail::plan_routes(mesh, r, w, p, o);
-  // Out: each slot's token row, its grad_out row and its routing weight, side by side.
-  const Tensor sent = concat({permute(t, routes.send), permute(grad_out, routes.send),
-                              ep_detail::gather_slots(r.weights, routes.send)},
-                             1);
-  const Tensor kept =
-      permute(all_to_all_v(mesh, sent, routes.send_counts, {.axis = o.ep_axis}), routes.recv);
+  // Out: each row's token and its grad_out side by side, once per device.
+  const Tensor sent = concat({permute(t, routes.send), permute(grad_out, routes.send)}, 1);
+  const Tensor rows = all_to_all_v(mesh, sent, routes.send_counts, {.axis = o.ep_axis});
+  const Tensor kept = permute(rows, routes.recv);  // per kept pair
   const Tensor x = kept.slice(1, 0, hidden);
   const ep_detail::ExpertActivations acts = ep_detail::local_experts(mesh, x, routes.recv, w, p, o);
   const OutputGrads out =
-      output_grads(kept.slice(1, hidden, hidden), kept.slice(1, 2 * hidden, 1), acts.y);
+      output_grads(kept.slice(1, hidden, hidden),
+                   ep_detail::gather_slots(routes.recv_weights, routes.recv), acts.y);
   MoeGrads grads;
   Tensor grad_x;
-  if (kept.shape()[0] == 0) {  // no rows here: zero weight grads, and an empty TP sum
+  if (kept.shape()[0] == 0) {  // no pairs here: zero weight grads
     grads.mlp2_weight = Tensor(w.mlp.mlp2_weight.shape(), t.dtype());
     grads.mlp2_bias = Tensor(w.mlp.mlp2_bias.shape(), t.dtype());
     grads.mlp1_weight = Tensor(w.mlp.mlp1_weight.shape(), t.dtype());
@@ -89,16 +89,19 @@ MoeGrads ep_moe_backward(const MeshDevice& mesh, const Tensor& t, const Routing&
     grads.mlp1_bias = std::move(g1.bias);
     grad_x = std::move(g1.x);
   }
-  // The grad of x is a partial sum over the intermediate units of each TP device.
-  if (mesh.axis_size(tp_axis) > 1) all_reduce_inplace(mesh, grad_x, {.axis = tp_axis});
-  // Back: each row's grad of x and of its routing weight (zeros for a dropped row).
-  const Tensor back =
-      all_to_all_v(mesh, ep_detail::to_receive_order(concat({grad_x, out.gw}, 1), routes.recv),
-                   routes.recv_counts, {.axis = o.ep_axis});
-  Tensor ones(r.weights.shape(), t.dtype());
-  ones.fill(1.0);
-  grads.t = unpermute(back.slice(1, 0, hidden), routes.send, ones);
-  grads.weights = ep_detail::scatter_slots(back.slice(1, hidden, 1), routes.send);
+  // Per received row: the grad of x summed over its pairs and its k weight grads (zeros past
+  // its pairs and for a dropped pair), both partial sums over the TP devices' units.
+  const std::int64_t received = routes.recv.num_tokens;
+  Tensor row_grads =
+      concat({unpermute(grad_x, routes.recv, ep_detail::ones(Shape{received, k}, t.dtype())),
+              ep_detail::scatter_values(out.gw, routes.recv.slots, Shape{received, k})},
+             1);
+  ep_detail::sum_over_tp(mesh, row_grads, o);
+  const Tensor back = all_to_all_v(mesh, row_grads, routes.recv_counts, {.axis = o.ep_axis});
+  grads.t = unpermute(back.slice(1, 0, hidden), routes.send,
+                      ep_detail::ones(Shape{r.num_tokens, routes.send.k}, t.dtype()));
+  grads.weights =
+      ep_detail::scatter_values(back.slice(1, hidden, k), routes.send_pairs, r.weights.shape());
   scope.input(t).input(grad_out).output(grads.t).attr("k", r.k);
   return grads;
 }
