@@ -4,7 +4,9 @@
 // axis 0 and TP on axis 1 and the reverse, 4x8 at np 32). Each device compares its own tokens'
 // rows and its experts' TP slices of the weight grads: f32 within 1e-5, f64 within 1e-12 of
 // max(1, max |expected|). The capacity's dropped slots come from a plain loop in the test
-// (ep_test::dropped_slots); the reference zeroes their routing weights.
+// (ep_test::dropped_slots); the reference zeroes their routing weights. The rows the dispatch
+// sends (one per token and distinct device holding one of its experts) are counted in the test
+// from the routing and the placement.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -202,11 +204,12 @@ TEST_P(ExpertParallel, Hidden8192TwoTokens) {
 }
 
 TEST_P(ExpertParallel, DispatchSendsOneRowPerTokenAndDevice) {
-  // The dispatch sends a token once to every EP device holding one of its experts (its own
-  // device too, a local copy), not once per slot: with k = E a token goes to min(D, E) devices
-  // where a per-slot dispatch sent it k times. Counted here from the routing and the placement; the
-  // CCL records show the forward and backward exchanges carried exactly those rows, and side
-  // lists of 2 + rows + 2 · pairs values per device (the header's layout).
+  // The dispatch sends a token once to every EP device holding one of its experts, not once
+  // per slot: with k = E a token goes to min(D, E) devices where a per-slot dispatch sent it k
+  // times. The rows counted here (from the routing and the placement) include the token's own
+  // device, a local copy inside the exchange (the bench's minimum, bytes on the wire, leaves it
+  // out). The CCL records show that the forward and the backward exchanges carried exactly
+  // those rows, and side lists of 2 + rows + 2 · pairs values per device (the header's layout).
   const std::vector<EpCase> cases{
       {.name = "random"},
       {.name = "k = E", .tokens = 7, .experts = 5, .k = 5},

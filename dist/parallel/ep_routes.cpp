@@ -63,8 +63,9 @@ std::vector<double> side_lists(const Routing& r, const ExpertPlacement& pl, Rout
         if (pl.device_of[static_cast<std::size_t>(r.experts[s])] == dev) pairs[c++] = s;
       }
       side.push_back(static_cast<double>(c));
-      for (std::size_t q = 0; q < c; ++q)
-        side.push_back(static_cast<double>(local[r.experts[pairs[q]]]));
+      for (std::size_t q = 0; q < c; ++q) {
+        side.push_back(static_cast<double>(local[static_cast<std::size_t>(r.experts[pairs[q]])]));
+      }
       for (std::size_t q = 0; q < c; ++q) side.push_back(r.weights.item(pairs[q]));
     }
     side_counts[d] = static_cast<std::int64_t>(side.size() - begin);
