@@ -14,8 +14,8 @@ namespace {
 /// device: the rows of its heads); outputs q [T, KV, H/KV, d], k, v [T, KV, d] (Shard(1)).
 testing::FusedInputs qkv_rope_inputs(const FusedSetup& s) {
   const GptOssConfig c = config(s);
-  const auto w = std::make_shared<const AttentionWeights>(
-      attention_weights(s, c, {"qkv.weight", "qkv.bias"}));
+  const auto w =
+      std::make_shared<const AttentionWeights>(attention_weights(s, c, {"qkv.weight", "qkv.bias"}));
   const Placements heads = placements_1d(Shard{1});
   return {.inputs = {{.name = "x", .full = activation(s, {tokens(s), c.hidden_size}, 0)},
                      {.name = "qkv.weight", .full = w->qkv_weight, .shard = qkv_shard(w, c, false)},

@@ -18,13 +18,14 @@ testing::FusedInputs sdpa_sinks_inputs(const FusedSetup& s) {
   const std::int64_t tq = tokens(s), tk = first_position(s) + tq, kv = c.num_key_value_heads;
   const std::int64_t per_kv = c.num_attention_heads / kv, d = c.head_dim;
   const Placements heads = placements_1d(Shard{1});
-  return {.inputs = {{.name = "q", .full = activation(s, {tq, kv, per_kv, d}, 1), .placements = heads},
-                     {.name = "k", .full = activation(s, {tk, kv, d}, 2), .placements = heads},
-                     {.name = "v", .full = activation(s, {tk, kv, d}, 3), .placements = heads},
-                     {.name = "sinks",
-                      .full = attention_weights(s, c, {"sinks"}).sinks,
-                      .placements = placements_1d(Shard{0})}},
-          .outputs = {heads}};
+  return {
+      .inputs = {{.name = "q", .full = activation(s, {tq, kv, per_kv, d}, 1), .placements = heads},
+                 {.name = "k", .full = activation(s, {tk, kv, d}, 2), .placements = heads},
+                 {.name = "v", .full = activation(s, {tk, kv, d}, 3), .placements = heads},
+                 {.name = "sinks",
+                  .full = attention_weights(s, c, {"sinks"}).sinks,
+                  .placements = placements_1d(Shard{0})}},
+      .outputs = {heads}};
 }
 
 SdpaOptions options(const FusedSetup& s) {

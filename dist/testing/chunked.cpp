@@ -19,8 +19,7 @@ void check_slot(MeshShape shape, MeshCoord coord) {
   MESHTEST_CHECK(shape[0] >= 1 && shape[1] >= 1, "mesh shape {}x{}: both dims must be >= 1",
                  shape[0], shape[1]);
   MESHTEST_CHECK(coord[0] >= 0 && coord[0] < shape[0] && coord[1] >= 0 && coord[1] < shape[1],
-                 "device ({}, {}) is outside a {}x{} mesh", coord[0], coord[1], shape[0],
-                 shape[1]);
+                 "device ({}, {}) is outside a {}x{} mesh", coord[0], coord[1], shape[0], shape[1]);
 }
 
 }  // namespace
@@ -76,8 +75,8 @@ Comparison expect_chunk_matches(MeshShape shape, const std::vector<MeshInput>& i
     }
     ADD_FAILURE() << "device 0's chunk of a " << shape[0] << "x" << shape[1]
                   << " mesh, run alone, differs from the reference on that chunk"
-                  << (options.label.empty() ? "" : " (" + options.label + ")") << "\n  chunk "
-                  << in << "\n  " << c.str();
+                  << (options.label.empty() ? "" : " (" + options.label + ")") << "\n  chunk " << in
+                  << "\n  " << c.str();
   }
   return c;
 }
@@ -88,16 +87,17 @@ MeshRun::MeshRun(MeshShape shape, const FixedMeshOptions& options) : shape_(shap
   if (world < need) {
     if (!options.chunk_fallback) {
       kind_ = MeshRunKind::skip;
-      skip_reason_ = fmt::format("mesh {}x{} needs {} ranks, {} started", shape[0], shape[1],
-                                 need, world);
+      skip_reason_ =
+          fmt::format("mesh {}x{} needs {} ranks, {} started", shape[0], shape[1], need, world);
       return;
     }
     if (rank == 0) {
       kind_ = MeshRunKind::chunk;
       mesh_.emplace(single_device_mesh());
-      fmt::print("[fallback] mesh {}x{} needs {} ranks, {} started: running device 0's chunk of "
-                 "{}x{} on one device\n",
-                 shape[0], shape[1], need, world, shape[0], shape[1]);
+      fmt::print(
+          "[fallback] mesh {}x{} needs {} ranks, {} started: running device 0's chunk of "
+          "{}x{} on one device\n",
+          shape[0], shape[1], need, world, shape[0], shape[1]);
       std::fflush(stdout);
     }
     return;

@@ -134,11 +134,11 @@ class FixedMeshTest : public ::testing::Test {
 }  // namespace meshtest::dist::testing
 
 /// In a test body over a MeshRun `r`: skips when r does not fit, returns on idle ranks.
-#define MESHTEST_MESH_RUN_OR_SKIP(r)                                                   \
-  do {                                                                                 \
-    if ((r).kind() == ::meshtest::dist::testing::MeshRunKind::skip)                    \
-      GTEST_SKIP() << (r).skip_reason();                                               \
-    if ((r).kind() == ::meshtest::dist::testing::MeshRunKind::idle) return;            \
+#define MESHTEST_MESH_RUN_OR_SKIP(r)                                        \
+  do {                                                                      \
+    if ((r).kind() == ::meshtest::dist::testing::MeshRunKind::skip)         \
+      GTEST_SKIP() << (r).skip_reason();                                    \
+    if ((r).kind() == ::meshtest::dist::testing::MeshRunKind::idle) return; \
   } while (0)
 
 /// MESHTEST_MESH_RUN_OR_SKIP(run()) in a FixedMeshTest.

@@ -15,8 +15,8 @@
 #include "dist/shard/placement.hpp"
 #include "src/perf/profiler.hpp"
 #include "src/perf/program_cache.hpp"
-#include "src/perf/trace.hpp"
 #include "src/perf/report.hpp"
+#include "src/perf/trace.hpp"
 
 namespace meshtest::dist::testing {
 
@@ -87,9 +87,9 @@ std::vector<FusedParams> fused_grid() {
 }
 
 void check_fused_case(const FusedOpCase& c) {
-  MESHTEST_CHECK(!c.name.empty() && c.name.find_first_not_of(
-                                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                        "0123456789_") == std::string::npos,
+  MESHTEST_CHECK(!c.name.empty() &&
+                     c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_") == std::string::npos,
                  "fused-op case: name '{}' must be [A-Za-z0-9_]+", c.name);
   MESHTEST_CHECK(c.expected_pcc > 0 && c.expected_pcc <= 1,
                  "fused-op case {}: expected_pcc {} is outside (0, 1]", c.name, c.expected_pcc);
@@ -107,9 +107,10 @@ std::filesystem::path fused_checkpoint_dir() {
 
 std::string fused_skip_reason(const FusedOpCase& c, const FusedParams& p) {
   if (p.mode == FusedMode::prefill && p.seqlen > kCiMaxSeqlen && !env_flag("MESHTEST_FUSED_FULL")) {
-    return fmt::format("prefill {} runs only with MESHTEST_FUSED_FULL=1 (CI runs decode 1 and "
-                       "prefill {})",
-                       p.seqlen, kCiMaxSeqlen);
+    return fmt::format(
+        "prefill {} runs only with MESHTEST_FUSED_FULL=1 (CI runs decode 1 and "
+        "prefill {})",
+        p.seqlen, kCiMaxSeqlen);
   }
   if (p.weights != FusedWeights::checkpoint) return {};
   const std::filesystem::path dir = fused_checkpoint_dir();
@@ -212,9 +213,14 @@ std::vector<Tensor> capture_trace(FusedRunner::State& s, const std::string& labe
 
 FusedRunner::FusedRunner(const MeshDevice& mesh, const FusedFn& fused, const FusedSetup& s,
                          std::vector<Tensor> local)
-    : s_(new State{mesh, fused, s,
+    : s_(new State{mesh,
+                   fused,
+                   s,
                    perf::ProgramCacheSwitch(s.params.program_cache || s.params.trace),
-                   std::move(local), nullptr, {}, true}) {
+                   std::move(local),
+                   nullptr,
+                   {},
+                   true}) {
   if (s.params.trace) capture_trace(*s_, fused_param_name(s.params));
 }
 
@@ -264,8 +270,8 @@ FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInpu
   const FusedParams& p = s.params;
   check_fused_case(c);
   const MeshShape shape = run.shape();
-  const std::string label = fmt::format("{} mesh {}x{}{}", fused_param_name(p), shape[0],
-                                        shape[1], run.chunked() ? " (device 0's chunk)" : "");
+  const std::string label = fmt::format("{} mesh {}x{}{}", fused_param_name(p), shape[0], shape[1],
+                                        run.chunked() ? " (device 0's chunk)" : "");
   const std::vector<Tensor> local = chunks_of(in.inputs, shape, run.coord());
   const MeshDevice& mesh = run.mesh();
   FusedRunner runner(mesh, c.fused, s, local);
@@ -281,10 +287,10 @@ FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInpu
     for (const MeshInput& x : in.inputs) full.push_back(x.full);
     r = compare_fused_outputs(c, c.reference(s, full), got, label);
     for (std::size_t i = 0; i < r.pcc.size(); ++i) {
-      fmt::print("{} {} output {}: pcc {:.7f} (>= {}){}\n", c.name, label, i, r.pcc[i].value,
-                 c.expected_pcc,
-                 r.atol.empty() ? "" : fmt::format(" max_abs {:.3g} (<= {})", r.atol[i].value,
-                                                   *c.atol));
+      fmt::print(
+          "{} {} output {}: pcc {:.7f} (>= {}){}\n", c.name, label, i, r.pcc[i].value,
+          c.expected_pcc,
+          r.atol.empty() ? "" : fmt::format(" max_abs {:.3g} (<= {})", r.atol[i].value, *c.atol));
     }
   }
   int passed = r.passed ? 1 : 0;
@@ -293,8 +299,8 @@ FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInpu
   return r;
 }
 
-std::filesystem::path fused_report_dir(const std::string& op, MeshShape mesh,
-                                       const FusedParams& p, const std::string& kind) {
+std::filesystem::path fused_report_dir(const std::string& op, MeshShape mesh, const FusedParams& p,
+                                       const std::string& kind) {
   const char* env = std::getenv("MESHTEST_REPORT_DIR");
   const std::filesystem::path root =
       env != nullptr && *env != '\0' ? std::filesystem::path(env) : perf::reports_root() / "fused";

@@ -80,16 +80,16 @@ std::vector<FusedParams> fused_grid();
 
 /// What make_inputs gets.
 struct FusedSetup {
-  FusedParams params;
-  MeshShape mesh = {1, 1};                     ///< the configuration (TP size = mesh[1])
-  const CheckpointDir* checkpoint = nullptr;   ///< set for FusedWeights::checkpoint
-  std::uint64_t seed = 1;                      ///< for random weights and activations
+  FusedParams params = {};
+  MeshShape mesh = {1, 1};                    ///< the configuration (TP size = mesh[1])
+  const CheckpointDir* checkpoint = nullptr;  ///< set for FusedWeights::checkpoint
+  std::uint64_t seed = 1;                     ///< for random weights and activations
 };
 
 /// The full inputs of one parameter set, and the placement of each fused output.
 struct FusedInputs {
-  std::vector<MeshInput> inputs;
-  std::vector<Placements> outputs;  ///< one per output of `fused`
+  std::vector<MeshInput> inputs = {};
+  std::vector<Placements> outputs = {};  ///< one per output of `fused`
 };
 
 /// The module's unfused op sequence on one device: full (or chunk) inputs -> outputs. Sizes
@@ -102,13 +102,13 @@ using FusedFn = std::function<std::vector<Tensor>(const FusedSetup& s, const Mes
 
 /// What a fused-op test supplies.
 struct FusedOpCase {
-  std::string name;            ///< the op: "qkv_rope" ([A-Za-z0-9_]+)
-  double expected_pcc = 0.99;  ///< every output's PCC must be >= it; in (0, 1]
-  std::optional<double> atol = std::nullopt;     ///< set: max |fused - reference| <= atol
-  std::vector<std::string> checkpoint_tensors;   ///< the op's tensors in a checkpoint
-  std::function<FusedInputs(const FusedSetup&)> make_inputs;
-  FusedReferenceFn reference;  ///< <op>_reference
-  FusedFn fused;               ///< <op>_fused
+  std::string name = {};                      ///< the op: "qkv_rope" ([A-Za-z0-9_]+)
+  double expected_pcc = 0.99;                 ///< every output's PCC must be >= it; in (0, 1]
+  std::optional<double> atol = std::nullopt;  ///< set: max |fused - reference| <= atol
+  std::vector<std::string> checkpoint_tensors = {};  ///< the op's tensors in a checkpoint
+  std::function<FusedInputs(const FusedSetup&)> make_inputs = {};
+  FusedReferenceFn reference = {};               ///< <op>_reference
+  FusedFn fused = {};                            ///< <op>_fused
   std::optional<MeshShape> mesh = std::nullopt;  ///< unset: 1 x (started ranks)
   bool chunk_fallback = true;  ///< fixed mesh on fewer ranks: device 0's chunk (else skip)
 };
@@ -143,8 +143,9 @@ class FusedRunner {
   /// Whether a replay is the eager call (see run_traced).
   bool replay_is_eager() const;
 
+  struct State;  ///< the implementation's (fused_op.cpp)
+
  private:
-  struct State;
   std::unique_ptr<State> s_;
 };
 
@@ -169,8 +170,8 @@ FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInpu
                        const FusedSetup& s);
 
 /// DIR/<op>/<RxC>/<param>/<kind> (see the header comment).
-std::filesystem::path fused_report_dir(const std::string& op, MeshShape mesh,
-                                       const FusedParams& p, const std::string& kind);
+std::filesystem::path fused_report_dir(const std::string& op, MeshShape mesh, const FusedParams& p,
+                                       const std::string& kind);
 
 /// Aggregates `records` (every device's, gathered) with perf::aggregate and writes
 /// dir/ops_perf_<op>.csv and dir/measurements.json; prints "<op> <label>:
@@ -195,10 +196,10 @@ std::string ccl_skip_reason(std::span<const perf::OpRecord> records);
 
 /// The outcome of fused_single_device.
 struct SingleDeviceRun {
-  std::string skipped;          ///< non-empty: why it did not run (GTEST_SKIP it)
-  FusedCheck check;             ///< the chunk's outputs against the reference on the chunk
-  perf::CompareResult shapes;   ///< compare_shapes(single-device report, multi-device report)
-  std::filesystem::path report; ///< the single-device ops_perf report
+  std::string skipped;           ///< non-empty: why it did not run (GTEST_SKIP it)
+  FusedCheck check;              ///< the chunk's outputs against the reference on the chunk
+  perf::CompareResult shapes;    ///< compare_shapes(single-device report, multi-device report)
+  std::filesystem::path report;  ///< the single-device ops_perf report
 };
 
 /// The single-device chunked run of a fused op (device 0 works; the others return {} at once).
@@ -211,9 +212,8 @@ struct SingleDeviceRun {
 /// with the reference on the chunk (compare_fused_outputs) and its report with device 0's of
 /// `multi_report` by perf::compare_shapes (what `meshtest-report shapes` runs), recording a
 /// gtest failure for each mismatch.
-SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c,
-                                    const FusedInputs& in, const FusedSetup& s,
-                                    const std::filesystem::path& multi_report,
+SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, const FusedInputs& in,
+                                    const FusedSetup& s, const std::filesystem::path& multi_report,
                                     const std::filesystem::path& dir);
 
 /// The fixture MESHTEST_FUSED_OP_TESTS derives from: SetUp validates the case, skips the
@@ -243,14 +243,14 @@ class FusedOpTest : public ::testing::TestWithParam<FusedParams> {
 
 /// Defines the fixture `op` (a FusedOpTest whose case is `...`), its tests op_check,
 /// op_device_perf and op_single_device, and runs them over fused_grid() (prefix Fused).
-#define MESHTEST_FUSED_OP_TESTS(op, ...)                                                        \
-  class op : public ::meshtest::dist::testing::FusedOpTest {                                    \
-   protected:                                                                                   \
-    ::meshtest::dist::testing::FusedOpCase make_case() const override { return __VA_ARGS__; }   \
-  };                                                                                            \
-  TEST_P(op, op##_check) { run_check(); }                                                       \
-  TEST_P(op, op##_device_perf) { run_device_perf(); }                                           \
-  TEST_P(op, op##_single_device) { run_single_device(); }                                       \
-  INSTANTIATE_TEST_SUITE_P(Fused, op,                                                           \
-                           ::testing::ValuesIn(::meshtest::dist::testing::fused_grid()),        \
+#define MESHTEST_FUSED_OP_TESTS(op, ...)                                                      \
+  class op : public ::meshtest::dist::testing::FusedOpTest {                                  \
+   protected:                                                                                 \
+    ::meshtest::dist::testing::FusedOpCase make_case() const override { return __VA_ARGS__; } \
+  };                                                                                          \
+  TEST_P(op, op##_check) { run_check(); }                                                     \
+  TEST_P(op, op##_device_perf) { run_device_perf(); }                                         \
+  TEST_P(op, op##_single_device) { run_single_device(); }                                     \
+  INSTANTIATE_TEST_SUITE_P(Fused, op,                                                         \
+                           ::testing::ValuesIn(::meshtest::dist::testing::fused_grid()),      \
                            ::meshtest::dist::testing::fused_param_name_of)

@@ -58,10 +58,11 @@ perf::Aggregate write_fused_device_perf(std::span<const perf::OpRecord> records,
   std::filesystem::create_directories(dir);
   perf::write_text_atomic(dir / fmt::format("ops_perf_{}.csv", op), perf::ops_csv(records));
   perf::write_text_atomic(dir / "measurements.json", perf::measurements_json(op, a));
-  fmt::print("{} {}: total_kernel_duration_us {:.3f} total_op_to_op_latency_us {:.3f} ({} "
-             "devices, {} iterations) -> {}\n",
-             op, label, a.total_kernel_duration_us, a.total_op_to_op_latency_us, a.devices,
-             a.iterations, dir.string());
+  fmt::print(
+      "{} {}: total_kernel_duration_us {:.3f} total_op_to_op_latency_us {:.3f} ({} "
+      "devices, {} iterations) -> {}\n",
+      op, label, a.total_kernel_duration_us, a.total_op_to_op_latency_us, a.devices, a.iterations,
+      dir.string());
   return a;
 }
 
@@ -81,17 +82,17 @@ std::filesystem::path fused_device_perf(const MeshRun& run, const FusedOpCase& c
 std::string ccl_skip_reason(std::span<const perf::OpRecord> records) {
   for (const perf::OpRecord& r : records) {
     if (r.op_type == perf::OpType::ccl) {
-      return fmt::format("the fused op contains a CCL ({}): device 0's chunk run alone would not "
-                         "be device 0's computation",
-                         r.op_code);
+      return fmt::format(
+          "the fused op contains a CCL ({}): device 0's chunk run alone would not "
+          "be device 0's computation",
+          r.op_code);
     }
   }
   return {};
 }
 
-SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c,
-                                    const FusedInputs& in, const FusedSetup& s,
-                                    const std::filesystem::path& multi_report,
+SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, const FusedInputs& in,
+                                    const FusedSetup& s, const std::filesystem::path& multi_report,
                                     const std::filesystem::path& dir) {
   check_fused_case(c);
   if (run.mesh().device_id() != 0) return {};
@@ -105,11 +106,12 @@ SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c,
   const int first = std::min_element(multi.records.begin(), multi.records.end(),
                                      [](const perf::OpRecord& a, const perf::OpRecord& b) {
                                        return a.device_id < b.device_id;
-                                     })->device_id;
+                                     })
+                        ->device_id;
   for (std::size_t i = 0; i < chunk.size(); ++i) {
     const auto want = perf::wzyx(chunk[i].shape());
-    const bool seen = std::any_of(
-        multi.records.begin(), multi.records.end(), [&](const perf::OpRecord& rec) {
+    const bool seen =
+        std::any_of(multi.records.begin(), multi.records.end(), [&](const perf::OpRecord& rec) {
           return rec.device_id == first &&
                  std::any_of(rec.inputs.begin(), rec.inputs.end(), [&](const perf::TensorInfo& t) {
                    return perf::wzyx(t.shape) == want;
@@ -117,13 +119,14 @@ SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c,
         });
     if (!seen) {
       ADD_FAILURE() << c.name << ": device 0's chunk of input " << i << " (" << in.inputs[i].name
-                    << ") has shape " << chunk[i].shape() << ", which no op of device " << first
-                    << " takes as input in " << multi_report.string();
+                    << ") has shape " << fmt::format("{}", chunk[i].shape())
+                    << ", which no op of device " << first << " takes as input in "
+                    << multi_report.string();
     }
   }
 
-  const std::string label = fmt::format("{} single device, chunk of {}x{}", fused_param_name(s.params),
-                                        run.shape()[0], run.shape()[1]);
+  const std::string label = fmt::format("{} single device, chunk of {}x{}",
+                                        fused_param_name(s.params), run.shape()[0], run.shape()[1]);
   const MeshDevice one = single_device_mesh();
   FusedRunner runner(one, c.fused, s, chunk);
   write_fused_device_perf(profile_iterations(runner), c.name, dir, label);
@@ -180,13 +183,16 @@ void FusedOpTest::run_check() {
   if (mesh.device_id() != 0) return;
   const std::filesystem::path dir = fused_report_dir(case_.name, run_->shape(), p, "check");
   std::filesystem::create_directories(dir);
+  perf::Aggregate none;  // no profiled ops here: device_perf has them
+  none.devices = mesh.size();
   perf::write_text_atomic(dir / "measurements.json",
-                          perf::measurements_json(case_.name, {.devices = mesh.size()}, e2e));
-  fmt::print("{} {}: e2e mean {:.2f} us (min {:.2f}, max {:.2f}, std {:.2f}) over {} calls after "
-             "{} warm-up{} -> {}\n",
-             case_.name, run_label(*run_, p), e2e.mean_us, e2e.min_us, e2e.max_us, e2e.std_us,
-             e2e.iterations, e2e.warmup, runner.replay_is_eager() && p.trace ? " (replay is eager)" : "",
-             dir.string());
+                          perf::measurements_json(case_.name, none, e2e));
+  fmt::print(
+      "{} {}: e2e mean {:.2f} us (min {:.2f}, max {:.2f}, std {:.2f}) over {} calls after "
+      "{} warm-up{} -> {}\n",
+      case_.name, run_label(*run_, p), e2e.mean_us, e2e.min_us, e2e.max_us, e2e.std_us,
+      e2e.iterations, e2e.warmup, runner.replay_is_eager() && p.trace ? " (replay is eager)" : "",
+      dir.string());
 }
 
 void FusedOpTest::run_device_perf() {
