@@ -211,6 +211,7 @@ TEST_F(FusedKit, SingleDeviceRunMatchesDeviceZeroShapes) {
   EXPECT_EQ(r.skipped, "");
   EXPECT_TRUE(r.check.passed);
   EXPECT_TRUE(r.shapes.ok) << r.shapes.summary;
+  EXPECT_EQ(r.unconfirmed, std::vector<std::string>{});  // add took x's chunk
   const perf::OpsReport single = perf::read_ops_csv(r.report);
   ASSERT_FALSE(single.records.empty());
   // Device 0's chunk of [9, 8] over 1 x N on dim 1: [9, ceil(8 / N)].
@@ -269,6 +270,36 @@ TEST_F(FusedKit, FixedMeshOnFewerRanksRunsDeviceZerosChunk) {
   EXPECT_EQ(run.local(in.inputs[0]).shape(), Shape({3, 2}));
   EXPECT_TRUE(check_fused(run, doubling_case(), in, s).passed);
   expect_check_fails(run, random_output_case(), "device 0's chunk");
+}
+
+/// Any mesh test written for 2x4 can opt in to the fallback (FixedMeshTest, chunked.hpp).
+class TwoByFour : public FixedMeshTest {
+ protected:
+  MeshShape mesh_shape() const override { return {2, 4}; }
+  FixedMeshOptions mesh_options() const override { return {.chunk_fallback = true}; }
+};
+
+TEST_F(TwoByFour, PlainMeshTestRunsOnTheMeshOrDeviceZerosChunk) {
+  MESHTEST_FIXED_MESH_OR_SKIP();
+  const Placements p{Shard{0}, Shard{1}};
+  const std::vector<MeshInput> in{
+      {.name = "x", .full = random_normal({6, 8}, DType::f32, {.seed = 8}), .placements = p}};
+  const ReferenceFn twice = [](const std::vector<Tensor>& x) { return add(x[0], x[0]); };
+  const ShardedFn fused = [](const MeshDevice&, const std::vector<Tensor>& x) {
+    return add(x[0], x[0]);
+  };
+  if (!run().chunked()) {
+    EXPECT_TRUE(
+        expect_matches_single_device(run().mesh(), {{in[0].full, p}}, twice, fused, p).passed);
+    return;
+  }
+  EXPECT_TRUE(expect_chunk_matches(run().shape(), in, twice, fused).passed);
+  const ShardedFn wrong = [](const MeshDevice&, const std::vector<Tensor>& x) { return x[0]; };
+  Comparison c;
+  EXPECT_NONFATAL_FAILURE(c = expect_chunk_matches(run().shape(), in, twice, wrong,
+                                                   {.metric = Metric::max_abs, .threshold = 0}),
+                          "device 0's chunk of a 2x4 mesh, run alone, differs");
+  EXPECT_FALSE(c.passed);
 }
 
 }  // namespace
