@@ -223,8 +223,8 @@ TEST_F(FusedKit, SingleDeviceRunMatchesDeviceZeroShapes) {
   }
 }
 
-TEST_F(FusedKit, SingleDeviceSkipsAnOpWithACcl) {
-  // x placed Partial(sum) over axis 1; the fused op all_reduces it back.
+/// x placed Partial(sum) over axis 1; the fused op all_reduces it back (one CCL, traceable).
+FusedOpCase all_reduce_case() {
   FusedOpCase c = doubling_case();
   c.make_inputs = [](const FusedSetup& s) {
     return FusedInputs{
@@ -235,8 +235,27 @@ TEST_F(FusedKit, SingleDeviceSkipsAnOpWithACcl) {
   };
   c.reference = [](const FusedSetup&, const std::vector<Tensor>& in) { return in; };
   c.fused = [](const FusedSetup&, const MeshDevice& mesh, const std::vector<Tensor>& in) {
-    return std::vector{all_reduce(mesh, in[0], {.axis = 1})};
+    return fused_outputs(all_reduce(mesh, in[0], {.axis = 1}));
   };
+  return c;
+}
+
+TEST_F(FusedKit, TraceReplaysATraceableOpBitForBit) {
+  const MeshRun run = line_run();
+  const FusedOpCase c = all_reduce_case();
+  const FusedSetup s = setup_for(run, {.seqlen = 5, .trace = true});
+  const FusedInputs in = make_fused_inputs(c, s);
+  FusedRunner runner(run.mesh(), c.fused, s, chunks_of(in.inputs, run.shape(), run.coord()));
+  EXPECT_FALSE(runner.replay_is_eager());  // every op of the call (one all_reduce) has a step
+  EXPECT_TRUE(runner.run().at(0).bitwise_equal(in.inputs[0].full));
+  EXPECT_TRUE(check_fused(run, c, in, s).passed);
+  // A compute op has no step: its replay is the eager call.
+  const FusedRunner eager(run.mesh(), doubling_case().fused, s, {in.inputs[0].full});
+  EXPECT_TRUE(eager.replay_is_eager());
+}
+
+TEST_F(FusedKit, SingleDeviceSkipsAnOpWithACcl) {
+  const FusedOpCase c = all_reduce_case();
   const MeshRun run = line_run();
   const FusedSetup s = setup_for(run);
   const FusedInputs in = make_fused_inputs(c, s);

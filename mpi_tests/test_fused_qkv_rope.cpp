@@ -36,12 +36,12 @@ std::vector<Tensor> qkv_rope_fused(const FusedSetup& s, const MeshDevice&,
                                    const std::vector<Tensor>& local) {
   const GptOssConfig c = config(s);
   const auto [heads, kv_heads] = qkv_heads(c, local[1].shape()[0]);
-  const Qkv qkv = qkv_rope(local[0], local[1], local[2],
-                           {.num_heads = heads,
-                            .num_kv_heads = kv_heads,
-                            .rope = c.rope_params(),
-                            .position_offset = first_position(s)});
-  return {qkv.q, qkv.k, qkv.v};
+  Qkv qkv = qkv_rope(local[0], local[1], local[2],
+                     {.num_heads = heads,
+                      .num_kv_heads = kv_heads,
+                      .rope = c.rope_params(),
+                      .position_offset = first_position(s)});
+  return testing::fused_outputs(std::move(qkv.q), std::move(qkv.k), std::move(qkv.v));
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ std::vector<Tensor> sdpa_sinks_reference(const FusedSetup& s, const std::vector<
 
 std::vector<Tensor> sdpa_sinks_fused(const FusedSetup& s, const MeshDevice&,
                                      const std::vector<Tensor>& local) {
-  return {sdpa_sinks(local[0], local[1], local[2], local[3], options(s))};
+  return testing::fused_outputs(sdpa_sinks(local[0], local[1], local[2], local[3], options(s)));
 }
 
 }  // namespace

@@ -2,9 +2,14 @@
 // the grid of modes, weights, program cache and trace, with e2e and device perf reports and
 // the single-device chunked run. The kit's one public header.
 //
-// A test file is a case and one macro (mpi_tests/test_fused_qkv_rope.cpp):
-//   FusedOpCase qkv_rope_case() { return {.name = "qkv_rope", .expected_pcc = ..., ...}; }
-//   MESHTEST_FUSED_OP_TESTS(qkv_rope, qkv_rope_case())
+// A test file is three functions and one macro (mpi_tests/test_fused_qkv_rope.cpp):
+//   FusedInputs qkv_rope_inputs(const FusedSetup& s);              // full inputs + placements
+//   std::vector<Tensor> qkv_rope_reference(const FusedSetup& s, const std::vector<Tensor>& in);
+//   std::vector<Tensor> qkv_rope_fused(const FusedSetup& s, const MeshDevice& mesh,
+//                                      const std::vector<Tensor>& local);
+//   MESHTEST_FUSED_OP_TESTS(qkv_rope, FusedOpCase{.name = "qkv_rope", .expected_pcc = 0.9999,
+//       .atol = 0.05, .checkpoint_tensors = {...}, .make_inputs = qkv_rope_inputs,
+//       .reference = qkv_rope_reference, .fused = qkv_rope_fused});
 // which defines three tests over every parameter set of fused_grid():
 //   Fused/qkv_rope.qkv_rope_check/<param>          reference vs fused (PCC and atol) on the
 //       mesh, then e2e perf (10 warm-up + 100 measured calls) to measurements.json;
@@ -17,6 +22,11 @@
 // <param> is fused_param_name: "<decode|prefill>_<seqlen>_<random|checkpoint>_<mode>" with
 // mode cache_off, cache_on (eager, program cache off / on) or trace (trace implies the cache).
 // Nothing about time is asserted: perf goes to the reports only.
+//
+// Trace mode captures the fused call in a perf::Trace and checks the replay against the eager
+// call bit for bit. perf::Trace records steps for CCLs only, so for a compute op (qkv_rope,
+// sdpa_sinks) the "replay" is the eager call, said so on the e2e line ("replay is eager");
+// see capture_trace in fused_op.cpp (TODO: perf::Trace compute steps).
 //
 // The mesh: case.mesh, or the 1 x N mesh of every started rank (TP over N on axis 1). A case
 // with a fixed mesh started on fewer ranks runs device 0's chunk of it on one device, saying so
@@ -43,6 +53,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/testing/chunked.hpp"
@@ -97,8 +108,19 @@ struct FusedInputs {
 using FusedReferenceFn =
     std::function<std::vector<Tensor>(const FusedSetup& s, const std::vector<Tensor>& inputs)>;
 /// The fused op on the mesh: this device's pieces of the inputs -> its pieces of the outputs.
+/// Return the op's outputs moved, with fused_outputs(...): an initializer list (`return
+/// {op(...)}`) copies them (time in e2e, and buffers a trace cannot replay into).
 using FusedFn = std::function<std::vector<Tensor>(const FusedSetup& s, const MeshDevice& mesh,
                                                   const std::vector<Tensor>& local)>;
+
+/// The vector of `outputs`, each moved in (no copy): `return fused_outputs(std::move(q), k());`.
+template <class... T>
+std::vector<Tensor> fused_outputs(T&&... outputs) {
+  std::vector<Tensor> v;
+  v.reserve(sizeof...(outputs));
+  (v.push_back(std::forward<T>(outputs)), ...);
+  return v;
+}
 
 /// What a fused-op test supplies.
 struct FusedOpCase {
