@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +31,15 @@ inline constexpr std::int64_t kDecodeContext = 128;
 
 /// The module's config: the checkpoint's config.json with checkpoint weights, else
 /// GptOssConfig::tiny_tp() (16 q / 8 kv heads of 8, hidden 64: TP over 1, 2, 4 or 8 devices).
+/// config.json is read once per directory: the fused functions ask for the config on every
+/// call, and e2e timing must not include a file read.
 inline GptOssConfig config(const FusedSetup& s) {
-  return s.checkpoint != nullptr ? read_config(s.checkpoint->dir()) : GptOssConfig::tiny_tp();
+  if (s.checkpoint == nullptr) return GptOssConfig::tiny_tp();
+  static std::map<std::filesystem::path, GptOssConfig> read;
+  auto it = read.find(s.checkpoint->dir());
+  if (it == read.end())
+    it = read.emplace(s.checkpoint->dir(), read_config(s.checkpoint->dir())).first;
+  return it->second;
 }
 
 /// Checkpoint name of attention tensor `rel` ("qkv.weight") of kLayer.
