@@ -291,6 +291,20 @@ TEST_F(FusedKit, FixedMeshOnFewerRanksRunsDeviceZerosChunk) {
   expect_check_fails(run, random_output_case(), "device 0's chunk");
 }
 
+TEST_F(FusedKit, FixedMeshOnMoreRanksUsesTheFirstOnes) {
+  const int n = (world_size() + 1) / 2;  // 1 of 1, 1 of 2, 2 of 4
+  const MeshRun run({1, n});
+  if (world_rank() >= n) {
+    EXPECT_EQ(run.kind(), MeshRunKind::idle);
+    return;
+  }
+  ASSERT_EQ(run.kind(), MeshRunKind::mesh);
+  EXPECT_EQ(run.mesh().size(), n);
+  EXPECT_EQ(run.mesh().device_id(), world_rank());
+  const FusedSetup s = setup_for(run);
+  EXPECT_TRUE(check_fused(run, doubling_case(), make_fused_inputs(doubling_case(), s), s).passed);
+}
+
 /// Any mesh test written for 2x4 can opt in to the fallback (FixedMeshTest, chunked.hpp).
 class TwoByFour : public FixedMeshTest {
  protected:
