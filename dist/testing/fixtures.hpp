@@ -1,4 +1,6 @@
 // Mesh fixtures for MPI tests: a 1 x N mesh, and every R x C mesh shape of the world.
+// A test written for one fixed mesh shape: FixedMeshTest (chunked.hpp), which can fall back to
+// device 0's chunk on one device when started on fewer ranks than the mesh needs.
 #pragma once
 
 #include <gtest/gtest.h>

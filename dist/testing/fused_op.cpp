@@ -1,0 +1,310 @@
+// The fused-op test kit: parameters, the grid, case checks, the runner (cache and trace
+// modes) and the reference check.
+#include "dist/testing/fused_op.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+#include "dist/mesh/mpi_check.hpp"
+#include "dist/shard/placement.hpp"
+#include "src/perf/profiler.hpp"
+#include "src/perf/program_cache.hpp"
+#include "src/perf/report.hpp"
+#include "src/perf/trace.hpp"
+
+namespace meshtest::dist::testing {
+
+namespace {
+
+/// The prefill lengths that run without MESHTEST_FUSED_FULL.
+constexpr std::int64_t kCiMaxSeqlen = 128;
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+/// The value of --<flag>=VALUE on this process's command line (/proc/self/cmdline), or "".
+std::string command_line_flag(std::string_view flag) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string prefix = fmt::format("--{}=", flag);
+  std::size_t at = 0;
+  while (at < all.size()) {
+    const std::size_t end = all.find('\0', at);
+    const std::string_view arg(all.data() + at, (end == std::string::npos ? all.size() : end) - at);
+    if (arg.starts_with(prefix)) return std::string(arg.substr(prefix.size()));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return {};
+}
+
+std::string mode_name(const FusedParams& p) {
+  if (p.trace) return "trace";
+  return p.program_cache ? "cache_on" : "cache_off";
+}
+
+}  // namespace
+
+std::string fused_param_name(const FusedParams& p) {
+  return fmt::format("{}_{}_{}_{}", p.mode == FusedMode::decode ? "decode" : "prefill", p.seqlen,
+                     p.weights == FusedWeights::random ? "random" : "checkpoint", mode_name(p));
+}
+
+std::string fused_param_name_of(const ::testing::TestParamInfo<FusedParams>& info) {
+  return fused_param_name(info.param);
+}
+
+void check_fused_params(const FusedParams& p) {
+  MESHTEST_CHECK(p.seqlen >= 1,
+                 "fused-op test: seqlen {}: need at least one token (decode 1, prefill >= 1)",
+                 p.seqlen);
+  MESHTEST_CHECK(p.mode != FusedMode::decode || p.seqlen == 1,
+                 "fused-op test: decode with seqlen {}; decode runs one token", p.seqlen);
+}
+
+std::vector<FusedParams> fused_grid() {
+  std::vector<FusedParams> grid;
+  const std::pair<FusedMode, std::int64_t> lengths[] = {{FusedMode::decode, 1},
+                                                        {FusedMode::prefill, 128},
+                                                        {FusedMode::prefill, 1024},
+                                                        {FusedMode::prefill, 8192}};
+  for (const auto& [mode, seqlen] : lengths) {
+    for (const FusedWeights w : {FusedWeights::random, FusedWeights::checkpoint}) {
+      grid.push_back({mode, seqlen, w, false, false});
+      grid.push_back({mode, seqlen, w, true, false});
+      grid.push_back({mode, seqlen, w, true, true});
+    }
+  }
+  return grid;
+}
+
+void check_fused_case(const FusedOpCase& c) {
+  MESHTEST_CHECK(!c.name.empty() &&
+                     c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_") == std::string::npos,
+                 "fused-op case: name '{}' must be [A-Za-z0-9_]+", c.name);
+  MESHTEST_CHECK(c.expected_pcc > 0 && c.expected_pcc <= 1,
+                 "fused-op case {}: expected_pcc {} is outside (0, 1]", c.name, c.expected_pcc);
+  MESHTEST_CHECK(!c.atol || (std::isfinite(*c.atol) && *c.atol >= 0),
+                 "fused-op case {}: atol {} must be finite and >= 0", c.name, c.atol.value_or(0));
+  MESHTEST_CHECK(c.make_inputs && c.reference && c.fused,
+                 "fused-op case {}: make_inputs, reference and fused must all be set", c.name);
+}
+
+std::filesystem::path fused_checkpoint_dir() {
+  if (std::string flag = command_line_flag("meshtest_checkpoint"); !flag.empty()) return flag;
+  const char* env = std::getenv("MESHTEST_CHECKPOINT");
+  return env == nullptr ? std::filesystem::path() : std::filesystem::path(env);
+}
+
+std::string fused_skip_reason(const FusedOpCase& c, const FusedParams& p) {
+  if (p.mode == FusedMode::prefill && p.seqlen > kCiMaxSeqlen && !env_flag("MESHTEST_FUSED_FULL")) {
+    return fmt::format(
+        "prefill {} runs only with MESHTEST_FUSED_FULL=1 (CI runs decode 1 and "
+        "prefill {})",
+        p.seqlen, kCiMaxSeqlen);
+  }
+  if (p.weights != FusedWeights::checkpoint) return {};
+  const std::filesystem::path dir = fused_checkpoint_dir();
+  if (dir.empty()) {
+    return "no checkpoint: set MESHTEST_CHECKPOINT=DIR or --meshtest_checkpoint=DIR";
+  }
+  const CheckpointDir ckpt = CheckpointDir::open(dir);
+  for (const std::string& name : c.checkpoint_tensors) {
+    if (!ckpt.contains(name)) {
+      return fmt::format("checkpoint {} lacks {}'s tensor {}", dir.string(), c.name, name);
+    }
+  }
+  return {};
+}
+
+FusedInputs make_fused_inputs(const FusedOpCase& c, const FusedSetup& s) {
+  check_fused_case(c);
+  check_fused_params(s.params);
+  FusedInputs in = c.make_inputs(s);
+  MESHTEST_CHECK(!in.outputs.empty(), "fused-op case {}: make_inputs gave no output placements",
+                 c.name);
+  return in;
+}
+
+// ---- FusedRunner ---------------------------------------------------------------------------
+
+struct FusedRunner::State {
+  const MeshDevice& mesh;
+  FusedFn fused;
+  FusedSetup setup;
+  perf::ProgramCacheSwitch cache;
+  std::vector<Tensor> local;
+  std::unique_ptr<perf::Trace> trace;
+  std::vector<Tensor*> kept;  // the trace's outputs (full replay only)
+  bool replay_is_eager = true;
+};
+
+namespace {
+
+/// Trace mode, kept in this one function so that it can be upgraded with perf::Trace.
+/// Captures one fused call in `s.trace` (the inputs as trace inputs, every output kept) while
+/// the profiler counts the ops it runs, and returns the captured (eager) outputs.
+///   - The trace holds a step for every op of the call: the kept outputs are overwritten
+///     (NaN for floating dtypes), the trace replayed, and the outputs must equal the eager
+///     ones bit for bit; run() then replays.
+///   - Otherwise (perf::Trace records steps for CCLs only, so a compute op such as qkv_rope
+///     leaves none; or capture refused a CCL on an intermediate the trace does not own): a
+///     replay IS the eager call. run() calls the fused op again, and the check is that the
+///     second call's outputs equal the captured ones bit for bit.
+/// TODO(perf::Trace compute steps): when perf::Trace records compute ops, every fused op takes
+/// the first branch and trace mode measures real replays.
+std::vector<Tensor> capture_trace(FusedRunner::State& s, const std::string& label) {
+  s.trace = std::make_unique<perf::Trace>();
+  std::size_t ops = 0;
+  std::string refused;
+  try {
+    const perf::Session session;
+    s.trace->capture([&] {
+      std::vector<Tensor> args = s.local;
+      std::vector<Tensor> outs = s.fused(s.setup, s.mesh, args);
+      for (Tensor& o : outs) s.kept.push_back(&s.trace->keep(std::move(o)));
+      // Moved in after the call: a moved Tensor keeps its buffer, so the steps that read the
+      // arguments read trace inputs.
+      for (Tensor& a : args) s.trace->input(std::move(a));
+    });
+    for (const perf::OpRecord& r : perf::records()) ops += r.op_type != perf::OpType::signpost;
+  } catch (const Error& e) {
+    if (std::string(e.what()).find("does not own") == std::string::npos) throw;
+    refused = e.what();
+    s.kept.clear();
+  }
+  std::vector<Tensor> eager;
+  if (refused.empty()) {
+    for (Tensor* t : s.kept) eager.push_back(*t);
+  } else {
+    eager = s.fused(s.setup, s.mesh, s.local);
+  }
+  s.replay_is_eager = !refused.empty() || ops == 0 || s.trace->size() != ops;
+  std::vector<Tensor> replayed;
+  if (s.replay_is_eager) {
+    replayed = s.fused(s.setup, s.mesh, s.local);
+  } else {
+    for (Tensor* t : s.kept) {
+      if (is_floating(t->dtype())) t->fill(std::numeric_limits<double>::quiet_NaN());
+    }
+    s.trace->replay();
+    for (Tensor* t : s.kept) replayed.push_back(*t);
+  }
+  for (std::size_t i = 0; i < eager.size() && i < replayed.size(); ++i) {
+    EXPECT_TRUE(replayed[i].bitwise_equal(eager[i]))
+        << label << ": output " << i << " of the "
+        << (s.replay_is_eager ? "second eager call (replay is eager)" : "trace replay")
+        << " differs from the eager call's";
+  }
+  EXPECT_EQ(replayed.size(), eager.size()) << label << ": replay gave another output count";
+  return eager;
+}
+
+}  // namespace
+
+FusedRunner::FusedRunner(const MeshDevice& mesh, const FusedFn& fused, const FusedSetup& s,
+                         std::vector<Tensor> local)
+    : s_(new State{mesh,
+                   fused,
+                   s,
+                   perf::ProgramCacheSwitch(s.params.program_cache || s.params.trace),
+                   std::move(local),
+                   nullptr,
+                   {},
+                   true}) {
+  if (s.params.trace) capture_trace(*s_, fused_param_name(s.params));
+}
+
+FusedRunner::~FusedRunner() = default;
+
+std::vector<Tensor> FusedRunner::run() {
+  if (s_->trace == nullptr || s_->replay_is_eager) return s_->fused(s_->setup, s_->mesh, s_->local);
+  s_->trace->replay();
+  std::vector<Tensor> out;
+  for (Tensor* t : s_->kept) out.push_back(*t);
+  return out;
+}
+
+bool FusedRunner::replay_is_eager() const { return s_->replay_is_eager; }
+
+// ---- the check -----------------------------------------------------------------------------
+
+FusedCheck compare_fused_outputs(const FusedOpCase& c, const std::vector<Tensor>& expected,
+                                 const std::vector<Tensor>& got, const std::string& label) {
+  MESHTEST_CHECK(expected.size() == got.size(),
+                 "{}: the reference gave {} outputs, the fused op {}", c.name, expected.size(),
+                 got.size());
+  FusedCheck r;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const Comparison pcc = compare(expected[i], got[i], Metric::pcc, c.expected_pcc);
+    if (!pcc.passed) {
+      ADD_FAILURE() << c.name << " (" << label << ") output " << i << ": fused differs from the "
+                    << "reference: " << pcc.str();
+    }
+    r.passed = r.passed && pcc.passed;
+    r.pcc.push_back(pcc);
+    if (c.atol) {
+      const Comparison abs = compare(expected[i], got[i], Metric::max_abs, *c.atol);
+      if (!abs.passed) {
+        ADD_FAILURE() << c.name << " (" << label << ") output " << i << ": fused differs from "
+                      << "the reference by more than atol: " << abs.str();
+      }
+      r.passed = r.passed && abs.passed;
+      r.atol.push_back(abs);
+    }
+  }
+  return r;
+}
+
+FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInputs& in,
+                       const FusedSetup& s) {
+  const FusedParams& p = s.params;
+  check_fused_case(c);
+  const MeshShape shape = run.shape();
+  const std::string label = fmt::format("{} mesh {}x{}{}", fused_param_name(p), shape[0], shape[1],
+                                        run.chunked() ? " (device 0's chunk)" : "");
+  const std::vector<Tensor> local = chunks_of(in.inputs, shape, run.coord());
+  const MeshDevice& mesh = run.mesh();
+  FusedRunner runner(mesh, c.fused, s, local);
+  std::vector<Tensor> got = runner.run();
+  MESHTEST_CHECK(got.size() == in.outputs.size(),
+                 "{}: the fused op gave {} outputs; make_inputs placed {}", c.name, got.size(),
+                 in.outputs.size());
+  if (run.chunked()) return compare_fused_outputs(c, c.reference(s, local), got, label);
+  for (std::size_t i = 0; i < got.size(); ++i) got[i] = gather_full(got[i], mesh, in.outputs[i]);
+  FusedCheck r;
+  if (mesh.device_id() == 0) {
+    std::vector<Tensor> full;
+    for (const MeshInput& x : in.inputs) full.push_back(x.full);
+    r = compare_fused_outputs(c, c.reference(s, full), got, label);
+    for (std::size_t i = 0; i < r.pcc.size(); ++i) {
+      fmt::print(
+          "{} {} output {}: pcc {:.7f} (>= {}){}\n", c.name, label, i, r.pcc[i].value,
+          c.expected_pcc,
+          r.atol.empty() ? "" : fmt::format(" max_abs {:.3g} (<= {})", r.atol[i].value, *c.atol));
+    }
+  }
+  int passed = r.passed ? 1 : 0;
+  MESHTEST_MPI(MPI_Bcast(&passed, 1, MPI_INT, 0, mesh.comm()));
+  r.passed = passed != 0;
+  return r;
+}
+
+std::filesystem::path fused_report_dir(const std::string& op, MeshShape mesh, const FusedParams& p,
+                                       const std::string& kind) {
+  const char* env = std::getenv("MESHTEST_REPORT_DIR");
+  const std::filesystem::path root =
+      env != nullptr && *env != '\0' ? std::filesystem::path(env) : perf::reports_root() / "fused";
+  return root / op / fmt::format("{}x{}", mesh[0], mesh[1]) / fused_param_name(p) / kind;
+}
+
+}  // namespace meshtest::dist::testing

@@ -1,0 +1,339 @@
+// test_fused_op_kit: the fused-op test kit (dist/testing/fused_op.hpp) and the single-device
+// chunked run (chunked.hpp) on toy ops whose results are known: a wrong fused op fails the PCC
+// (and a scaled one the atol) check, bad expected_pcc / seqlen / reports are clear Errors, the
+// single-device variant skips an op with a CCL and matches device 0's shapes otherwise, chunk_of
+// equals distribute, and a test written for a 2x4 mesh falls back to device 0's chunk.
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+
+#include "dist/ccl/all_reduce.hpp"
+#include "dist/testing/fused_op.hpp"
+#include "dist/testing/harness.hpp"
+#include "src/core/random.hpp"
+#include "src/models/checkpoint.hpp"
+#include "src/ops/elementwise.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace meshtest::dist::testing {
+namespace {
+
+using test_support::expect_error;
+
+constexpr FusedParams kPrefill{.mode = FusedMode::prefill, .seqlen = 6};
+
+/// out = x + x on [seqlen, 8] f32, x sharded on dim 1 over axis 1 (and dim 0 over axis 0);
+/// `fused` may be replaced by a wrong one.
+FusedOpCase doubling_case(FusedFn fused = {}) {
+  FusedOpCase c{
+      .name = "doubling",
+      .expected_pcc = 0.9999,
+      .atol = 1e-6,
+      .make_inputs =
+          [](const FusedSetup& s) {
+            const Placements p{Shard{0}, Shard{1}};
+            return FusedInputs{
+                .inputs = {{.name = "x",
+                            .full = random_normal({s.params.seqlen, 8}, DType::f32, {.seed = 5}),
+                            .placements = p}},
+                .outputs = {p}};
+          },
+      .reference = [](const FusedSetup&,
+                      const std::vector<Tensor>& in) { return std::vector{add(in[0], in[0])}; },
+      .fused = [](const FusedSetup&, const MeshDevice&,
+                  const std::vector<Tensor>& in) { return std::vector{add(in[0], in[0])}; }};
+  if (fused) c.fused = std::move(fused);
+  return c;
+}
+
+FusedSetup setup_for(const MeshRun& run, FusedParams p = kPrefill) {
+  return {.params = p, .mesh = run.shape()};
+}
+
+/// A wrong op: random values of the output's shape, checked by PCC only (no atol).
+FusedOpCase random_output_case() {
+  FusedOpCase c =
+      doubling_case([](const FusedSetup&, const MeshDevice&, const std::vector<Tensor>& in) {
+        return std::vector{random_normal(in[0].shape(), DType::f32, {.seed = 99})};
+      });
+  c.atol = std::nullopt;
+  return c;
+}
+
+/// check_fused of `c` on `run`, expecting one gtest failure containing `needle` on the device
+/// that compares (device 0 of the mesh).
+FusedCheck expect_check_fails(const MeshRun& run, const FusedOpCase& c, const std::string& needle) {
+  const FusedSetup s = setup_for(run);
+  const FusedInputs in = make_fused_inputs(c, s);
+  FusedCheck r;
+  if (run.mesh().device_id() == 0) {
+    EXPECT_NONFATAL_FAILURE(r = check_fused(run, c, in, s), needle);
+  } else {
+    r = check_fused(run, c, in, s);
+  }
+  EXPECT_FALSE(r.passed);
+  return r;
+}
+
+class FusedKit : public MeshTest {
+ protected:
+  MeshRun line_run() const { return MeshRun({1, world_size()}); }
+};
+
+TEST_F(FusedKit, RightFusedOpPassesInEveryMode) {
+  const MeshRun run = line_run();
+  for (const bool trace : {false, true}) {
+    for (const bool cache : {false, true}) {
+      FusedSetup s = setup_for(run, {.seqlen = 7, .program_cache = cache, .trace = trace});
+      const FusedCheck r =
+          check_fused(run, doubling_case(), make_fused_inputs(doubling_case(), s), s);
+      EXPECT_TRUE(r.passed) << fused_param_name(s.params);
+    }
+  }
+}
+
+TEST_F(FusedKit, WrongFusedOpFailsPcc) {
+  const FusedCheck r =
+      expect_check_fails(line_run(), random_output_case(), "fused differs from the reference");
+  if (world_rank() == 0) {
+    EXPECT_LT(r.pcc.at(0).value, 0.5);
+  }
+}
+
+TEST_F(FusedKit, ScaledFusedOpPassesPccButFailsAtol) {
+  // PCC cannot see a scale error (x instead of 2x); the atol check does.
+  const FusedOpCase c = doubling_case(
+      [](const FusedSetup&, const MeshDevice&, const std::vector<Tensor>& in) { return in; });
+  const FusedCheck r = expect_check_fails(line_run(), c, "by more than atol");
+  if (world_rank() == 0) {
+    EXPECT_GT(r.pcc.at(0).value, 0.99999);
+  }
+}
+
+TEST_F(FusedKit, BadExpectedPccIsAnError) {
+  for (const double pcc : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    FusedOpCase c = doubling_case();
+    c.expected_pcc = pcc;
+    expect_error([&] { check_fused_case(c); }, {"doubling", "expected_pcc", "outside (0, 1]"});
+  }
+  FusedOpCase c = doubling_case();
+  c.expected_pcc = 1.0;
+  EXPECT_NO_THROW(check_fused_case(c));
+  c.atol = -1;
+  expect_error([&] { check_fused_case(c); }, {"atol -1"});
+}
+
+TEST_F(FusedKit, SeqlenZeroIsAnError) {
+  const FusedOpCase c = doubling_case();
+  expect_error([&] { make_fused_inputs(c, {.params = {.seqlen = 0}}); }, {"seqlen 0"});
+  expect_error([&] { make_fused_inputs(c, {.params = {.mode = FusedMode::decode, .seqlen = 2}}); },
+               {"decode with seqlen 2"});
+}
+
+TEST_F(FusedKit, ReportWithoutSignpostsIsAnError) {
+  perf::OpRecord r;
+  r.op_code = "doubling";
+  r.end_ns = 10;
+  const test_support::TempDir tmp("fused_kit");
+  expect_error([&] { write_fused_device_perf(std::vector{r}, "doubling", tmp.path(), "x"); },
+               {"doubling device perf", "no signpost(\"start\")"});
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "ops_perf_doubling.csv"));
+}
+
+TEST_F(FusedKit, GridNamesAndSkips) {
+  const std::vector<FusedParams> grid = fused_grid();
+  std::set<std::string> names;
+  for (const FusedParams& p : grid) {
+    names.insert(fused_param_name(p));
+    EXPECT_TRUE(!p.trace || p.program_cache) << "trace implies the program cache";
+  }
+  EXPECT_EQ(grid.size(), 4u * 2u * 3u);
+  EXPECT_EQ(names.size(), grid.size());
+  EXPECT_TRUE(names.contains("decode_1_random_cache_off"));
+  EXPECT_TRUE(names.contains("prefill_8192_checkpoint_trace"));
+
+  const FusedOpCase c = doubling_case();
+  if (std::getenv("MESHTEST_FUSED_FULL") == nullptr) {
+    EXPECT_NE(fused_skip_reason(c, {.seqlen = 1024}).find("MESHTEST_FUSED_FULL=1"),
+              std::string::npos);
+  }
+  EXPECT_EQ(fused_skip_reason(c, {.seqlen = 128}), "");
+}
+
+TEST_F(FusedKit, CheckpointSkipsNameTheMissingTensor) {
+  // Every rank writes the tiny model to its own temp dir and points MESHTEST_CHECKPOINT there.
+  const char* before = std::getenv("MESHTEST_CHECKPOINT");
+  if (before != nullptr) GTEST_SKIP() << "MESHTEST_CHECKPOINT is set by the caller";
+  const FusedParams p{.weights = FusedWeights::checkpoint};
+  FusedOpCase c = doubling_case();
+  EXPECT_NE(fused_skip_reason(c, p).find("no checkpoint"), std::string::npos);
+  const test_support::TempDir tmp("fused_ckpt");
+  const GptOssConfig cfg = GptOssConfig::tiny();
+  write_checkpoint(tmp.path(), cfg, init_transformer_weights(cfg, DType::f32, RandomInit{1}),
+                   false);
+  ::setenv("MESHTEST_CHECKPOINT", tmp.path().c_str(), 1);
+  c.checkpoint_tensors = {"block.0.attn.qkv.weight"};
+  EXPECT_EQ(fused_skip_reason(c, p), "");
+  c.checkpoint_tensors.push_back("block.7.attn.fused_qkv");
+  EXPECT_NE(fused_skip_reason(c, p).find("lacks doubling's tensor block.7.attn.fused_qkv"),
+            std::string::npos);
+  ::unsetenv("MESHTEST_CHECKPOINT");
+}
+
+TEST_F(FusedKit, ChunkOfEqualsDistribute) {
+  const Tensor x = random_normal({7, 5, 3}, DType::f32, {.seed = 2});
+  for (const MeshShape shape : mesh_shapes(world_size())) {
+    const MeshDevice mesh(std::vector<int>{shape[0], shape[1]});
+    for (const Placements& p :
+         {Placements{Shard{0}, Shard{1}}, Placements{Shard{1}, Shard{1}},
+          Placements{Replicate{}, Shard{-1}}, Placements{Partial{}, Shard{0}}, kReplicated}) {
+      EXPECT_TRUE(chunk_of(x, p, shape, mesh.coord()).bitwise_equal(distribute(x, mesh, p)))
+          << str(p) << " on " << mesh.str() << " device " << mesh.device_id();
+    }
+  }
+  expect_error([&] { chunk_of(x, kReplicated, {2, 4}, {2, 0}); }, {"outside a 2x4 mesh"});
+}
+
+TEST_F(FusedKit, SingleDeviceRunMatchesDeviceZeroShapes) {
+  const MeshRun run = line_run();
+  const FusedSetup s = setup_for(run, {.seqlen = 9});
+  const FusedInputs in = make_fused_inputs(doubling_case(), s);
+  const test_support::TempDir tmp("fused_single");
+  const auto multi = fused_device_perf(run, doubling_case(), in, s, tmp.path() / "multi");
+  const SingleDeviceRun r =
+      fused_single_device(run, doubling_case(), in, s, multi, tmp.path() / "single");
+  if (world_rank() != 0) return;
+  EXPECT_EQ(r.skipped, "");
+  EXPECT_TRUE(r.check.passed);
+  EXPECT_TRUE(r.shapes.ok) << r.shapes.summary;
+  EXPECT_EQ(r.unconfirmed, std::vector<std::string>{});  // add took x's chunk
+  const perf::OpsReport single = perf::read_ops_csv(r.report);
+  ASSERT_FALSE(single.records.empty());
+  // Device 0's chunk of [9, 8] over 1 x N on dim 1: [9, ceil(8 / N)].
+  const auto chunk = split_range(8, world_size(), 0).size;
+  for (const perf::OpRecord& rec : single.records) {
+    if (rec.op_code == "add") {
+      EXPECT_EQ(perf::wzyx(rec.inputs.at(0).shape), perf::wzyx(Shape({9, chunk})));
+    }
+  }
+}
+
+/// x placed Partial(sum) over axis 1; the fused op all_reduces it back (one CCL, traceable).
+FusedOpCase all_reduce_case() {
+  FusedOpCase c = doubling_case();
+  c.make_inputs = [](const FusedSetup& s) {
+    return FusedInputs{
+        .inputs = {{.name = "x",
+                    .full = random_normal({s.params.seqlen, 4}, DType::f32, {.seed = 3}),
+                    .placements = placements_1d(Partial{})}},
+        .outputs = {kReplicated}};
+  };
+  c.reference = [](const FusedSetup&, const std::vector<Tensor>& in) { return in; };
+  c.fused = [](const FusedSetup&, const MeshDevice& mesh, const std::vector<Tensor>& in) {
+    return fused_outputs(all_reduce(mesh, in[0], {.axis = 1}));
+  };
+  return c;
+}
+
+TEST_F(FusedKit, TraceReplaysATraceableOpBitForBit) {
+  const MeshRun run = line_run();
+  const FusedOpCase c = all_reduce_case();
+  const FusedSetup s = setup_for(run, {.seqlen = 5, .trace = true});
+  const FusedInputs in = make_fused_inputs(c, s);
+  FusedRunner runner(run.mesh(), c.fused, s, chunks_of(in.inputs, run.shape(), run.coord()));
+  EXPECT_FALSE(runner.replay_is_eager());  // every op of the call (one all_reduce) has a step
+  EXPECT_TRUE(runner.run().at(0).bitwise_equal(in.inputs[0].full));
+  EXPECT_TRUE(check_fused(run, c, in, s).passed);
+  // A compute op has no step: its replay is the eager call.
+  const FusedRunner eager(run.mesh(), doubling_case().fused, s, {in.inputs[0].full});
+  EXPECT_TRUE(eager.replay_is_eager());
+}
+
+TEST_F(FusedKit, SingleDeviceSkipsAnOpWithACcl) {
+  const FusedOpCase c = all_reduce_case();
+  const MeshRun run = line_run();
+  const FusedSetup s = setup_for(run);
+  const FusedInputs in = make_fused_inputs(c, s);
+  EXPECT_TRUE(check_fused(run, c, in, s).passed);
+  const test_support::TempDir tmp("fused_ccl");
+  const auto multi = fused_device_perf(run, c, in, s, tmp.path() / "multi");
+  const SingleDeviceRun r = fused_single_device(run, c, in, s, multi, tmp.path() / "single");
+  if (world_rank() != 0) return;
+  EXPECT_NE(r.skipped.find("contains a CCL (all_reduce)"), std::string::npos) << r.skipped;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "single"));
+}
+
+TEST_F(FusedKit, FixedMeshOnFewerRanksRunsDeviceZerosChunk) {
+  if (world_size() >= 8) GTEST_SKIP() << "the 2x4 mesh fits: no fallback to test";
+  EXPECT_EQ(MeshRun({2, 4}).kind(), MeshRunKind::skip);
+  EXPECT_NE(MeshRun({2, 4}).skip_reason().find("needs 8 ranks"), std::string::npos);
+  if (world_rank() == 0) ::testing::internal::CaptureStdout();
+  const MeshRun run({2, 4}, {.chunk_fallback = true});
+  if (world_rank() != 0) {
+    EXPECT_EQ(run.kind(), MeshRunKind::idle);
+    return;
+  }
+  EXPECT_NE(::testing::internal::GetCapturedStdout().find(
+                "running device 0's chunk of 2x4 on one device"),
+            std::string::npos);
+  ASSERT_TRUE(run.chunked());
+  EXPECT_EQ(run.mesh().size(), 1);
+  const FusedSetup s = setup_for(run, {.seqlen = 6});
+  const FusedInputs in = make_fused_inputs(doubling_case(), s);
+  // Device 0 of 2x4 holds rows [0, 3) (axis 0) and columns [0, 2) (axis 1) of x [6, 8].
+  EXPECT_EQ(run.local(in.inputs[0]).shape(), Shape({3, 2}));
+  EXPECT_TRUE(check_fused(run, doubling_case(), in, s).passed);
+  expect_check_fails(run, random_output_case(), "device 0's chunk");
+}
+
+TEST_F(FusedKit, FixedMeshOnMoreRanksUsesTheFirstOnes) {
+  const int n = (world_size() + 1) / 2;  // 1 of 1, 1 of 2, 2 of 4
+  const MeshRun run({1, n});
+  if (world_rank() >= n) {
+    EXPECT_EQ(run.kind(), MeshRunKind::idle);
+    return;
+  }
+  ASSERT_EQ(run.kind(), MeshRunKind::mesh);
+  EXPECT_EQ(run.mesh().size(), n);
+  EXPECT_EQ(run.mesh().device_id(), world_rank());
+  const FusedSetup s = setup_for(run);
+  EXPECT_TRUE(check_fused(run, doubling_case(), make_fused_inputs(doubling_case(), s), s).passed);
+}
+
+/// Any mesh test written for 2x4 can opt in to the fallback (FixedMeshTest, chunked.hpp).
+class TwoByFour : public FixedMeshTest {
+ protected:
+  MeshShape mesh_shape() const override { return {2, 4}; }
+  FixedMeshOptions mesh_options() const override { return {.chunk_fallback = true}; }
+};
+
+TEST_F(TwoByFour, PlainMeshTestRunsOnTheMeshOrDeviceZerosChunk) {
+  MESHTEST_FIXED_MESH_OR_SKIP();
+  const Placements p{Shard{0}, Shard{1}};
+  const std::vector<MeshInput> in{
+      {.name = "x", .full = random_normal({6, 8}, DType::f32, {.seed = 8}), .placements = p}};
+  const ReferenceFn twice = [](const std::vector<Tensor>& x) { return add(x[0], x[0]); };
+  const ShardedFn fused = [](const MeshDevice&, const std::vector<Tensor>& x) {
+    return add(x[0], x[0]);
+  };
+  if (!run().chunked()) {
+    EXPECT_TRUE(
+        expect_matches_single_device(run().mesh(), {{in[0].full, p}}, twice, fused, p).passed);
+    return;
+  }
+  EXPECT_TRUE(expect_chunk_matches(run().shape(), in, twice, fused).passed);
+  const ShardedFn wrong = [](const MeshDevice&, const std::vector<Tensor>& x) { return x[0]; };
+  Comparison c;
+  EXPECT_NONFATAL_FAILURE(c = expect_chunk_matches(run().shape(), in, twice, wrong,
+                                                   {.metric = Metric::max_abs, .threshold = 0}),
+                          "device 0's chunk of a 2x4 mesh, run alone, differs");
+  EXPECT_FALSE(c.passed);
+}
+
+}  // namespace
+}  // namespace meshtest::dist::testing

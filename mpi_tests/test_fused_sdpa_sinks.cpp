@@ -1,0 +1,57 @@
+// test_fused_sdpa_sinks: the flash-style sdpa_sinks against the attention block's sdpa, in its
+// TP form (each device's kv heads and their q heads and sinks: no CCL), over the fused-op kit's
+// grid (dist/testing/fused_op.hpp), with the gpt-oss module's config, dtype and layer (an even
+// layer: the sliding window applies).
+#include "dist/testing/fused_op.hpp"
+#include "mpi_tests/support/fused_gpt_oss.hpp"
+#include "src/ops/sdpa.hpp"
+#include "src/ops/sdpa_sinks.hpp"
+
+namespace meshtest::dist::fused_test {
+namespace {
+
+/// Inputs q [Tq, KV, H/KV, d], k, v [Tk, KV, d] (Shard(1): a device's kv heads) and sinks [H]
+/// (Shard(0)); output [Tq, H d] (Shard(1)). Prefill: Tq = Tk = seqlen; decode: one query after
+/// kDecodeContext cached keys (Tk = kDecodeContext + 1).
+testing::FusedInputs sdpa_sinks_inputs(const FusedSetup& s) {
+  const GptOssConfig c = config(s);
+  const std::int64_t tq = tokens(s), tk = first_position(s) + tq, kv = c.num_key_value_heads;
+  const std::int64_t per_kv = c.num_attention_heads / kv, d = c.head_dim;
+  const Placements heads = placements_1d(Shard{1});
+  return {
+      .inputs = {{.name = "q", .full = activation(s, {tq, kv, per_kv, d}, 1), .placements = heads},
+                 {.name = "k", .full = activation(s, {tk, kv, d}, 2), .placements = heads},
+                 {.name = "v", .full = activation(s, {tk, kv, d}, 3), .placements = heads},
+                 {.name = "sinks",
+                  .full = attention_weights(s, c, {"sinks"}).sinks,
+                  .placements = placements_1d(Shard{0})}},
+      .outputs = {heads}};
+}
+
+SdpaOptions options(const FusedSetup& s) {
+  return {.sliding_window = config(s).layer_sliding_window(kLayer), .q_offset = first_position(s)};
+}
+
+/// The module's op (attention_block): sdpa.
+std::vector<Tensor> sdpa_sinks_reference(const FusedSetup& s, const std::vector<Tensor>& in) {
+  return {sdpa(in[0], in[1], in[2], in[3], options(s))};
+}
+
+std::vector<Tensor> sdpa_sinks_fused(const FusedSetup& s, const MeshDevice&,
+                                     const std::vector<Tensor>& local) {
+  return testing::fused_outputs(sdpa_sinks(local[0], local[1], local[2], local[3], options(s)));
+}
+
+}  // namespace
+
+MESHTEST_FUSED_OP_TESTS(sdpa_sinks, testing::FusedOpCase{
+                                        .name = "sdpa_sinks",
+                                        .expected_pcc = 0.999,
+                                        .atol = 0.05,
+                                        .checkpoint_tensors = {attn_name("sinks")},
+                                        .make_inputs = sdpa_sinks_inputs,
+                                        .reference = sdpa_sinks_reference,
+                                        .fused = sdpa_sinks_fused,
+                                    });
+
+}  // namespace meshtest::dist::fused_test

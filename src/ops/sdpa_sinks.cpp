@@ -1,0 +1,186 @@
+// sdpa_sinks: per kv head, query tiles against key blocks with an online softmax and the sink.
+#include "src/ops/sdpa_sinks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "src/ops/attention_mask.hpp"
+#include "src/ops/compute.hpp"
+#include "src/perf/profiler.hpp"
+
+namespace meshtest {
+namespace {
+
+using detail::compute_t;
+
+template <class C>
+using StridedMap = Eigen::Map<const RowMatrix<C>, 0, Eigen::OuterStride<>>;
+template <class C>
+using Column = Eigen::Array<C, Eigen::Dynamic, 1>;
+
+// The state of one query tile. Row r = i * q_per_kv + m holds query i0 + i, head g * q_per_kv + m
+// (the q_per_kv heads of one query are adjacent rows of q and of the output).
+template <class C>
+struct Tile {
+  RowMatrix<C> q;    // [rows, d]
+  RowMatrix<C> s;    // [rows, keys of the block]: logits, then their exp weights
+  RowMatrix<C> acc;  // [rows, d]: sum of weight · v, scaled to the running max
+  Column<C> max;     // running max of the logits seen, started at the sink
+  Column<C> denom;   // running sum of exp(logit - max), the sink included
+};
+
+// Keys [begin, end) that some query at positions first_q .. last_q sees (key j sits at
+// k_offset + j): the causal edge bounds the end, the window the beginning.
+struct KeyRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+
+KeyRange visible_keys(std::int64_t first_q, std::int64_t last_q, std::int64_t k_offset,
+                      std::int64_t tk, std::int64_t window) {
+  KeyRange r;
+  r.end = std::clamp<std::int64_t>(last_q - k_offset + 1, 0, tk);
+  const std::int64_t rel = first_q - k_offset;  // first query's position in key rows
+  if (window > 0 && window <= rel) r.begin = std::min(rel - window + 1, r.end);
+  return r;
+}
+
+// Sets to -inf the logits of the keys a row's query does not see. Row r holds the query at
+// first_q + r / q_per_kv, column c the key at first_k + c.
+template <class C>
+void mask_block(RowMatrix<C>& s, std::int64_t first_q, Eigen::Index q_per_kv, std::int64_t first_k,
+                const MaskSpec& mask) {
+  const std::int64_t last_q = first_q + (s.rows() - 1) / q_per_kv;
+  const std::int64_t last_k = first_k + s.cols() - 1;
+  // The corners decide: the latest key for the earliest query (causal), the earliest key for
+  // the latest query (window).
+  if (key_visible(first_q, last_k, mask) && key_visible(last_q, first_k, mask)) return;
+  for (Eigen::Index r = 0; r < s.rows(); ++r) {
+    const std::int64_t q_pos = first_q + r / q_per_kv;
+    for (Eigen::Index c = 0; c < s.cols(); ++c) {
+      if (!key_visible(q_pos, first_k + c, mask)) s(r, c) = -std::numeric_limits<C>::infinity();
+    }
+  }
+}
+
+// Folds a key block into the tile: t.s holds its masked, scaled logits; vb its values.
+template <class C, class V>
+void online_update(Tile<C>& t, const V& vb) {
+  for (Eigen::Index r = 0; r < t.s.rows(); ++r) {
+    const C m = std::max(t.max(r), t.s.row(r).maxCoeff());
+    if (m == -std::numeric_limits<C>::infinity()) {  // -inf sink and no key seen yet
+      t.s.row(r).setZero();
+      continue;
+    }
+    const C rescale = std::exp(t.max(r) - m);
+    t.s.row(r) = (t.s.row(r).array() - m).exp().matrix();
+    t.denom(r) = t.denom(r) * rescale + t.s.row(r).sum();
+    t.acc.row(r) *= rescale;
+    t.max(r) = m;
+  }
+  t.acc.noalias() += t.s * vb;
+}
+
+// Writes `out` (allocated [Tq, heads * d]); returns the flops of the blocks computed.
+template <class S>
+double sdpa_sinks_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                       const SdpaOptions& o, Eigen::Index block, Tensor& out) {
+  using C = compute_t<S>;
+  const Eigen::Index tq = q.shape()[0];
+  const Eigen::Index kv_heads = q.shape()[1];
+  const Eigen::Index q_per_kv = q.shape()[2];
+  const Eigen::Index d = q.shape()[3];
+  const Eigen::Index tk = k.shape()[0];
+  const Eigen::Index heads = kv_heads * q_per_kv;
+  const C scale = static_cast<C>(o.scale.value_or(1.0 / std::sqrt(static_cast<double>(d))));
+  const MaskSpec mask{.causal = true, .sliding_window = o.sliding_window};
+
+  const Eigen::Map<const RowMatrix<S>> qm(q.data<S>(), tq * heads, d);  // row i * heads + h
+  const detail::ComputeMatrix<S> km(k, 0, tk * kv_heads, d);            // row j * kv_heads + g
+  const detail::ComputeMatrix<S> vm(v, 0, tk * kv_heads, d);
+  const detail::ComputeMatrix<S> sm(sinks, 0, heads, 1);
+  Eigen::Map<RowMatrix<S>> om(out.data<S>(), tq * heads, d);
+  if (tk == 0 || heads == 0) {  // no key (nor key data to point into), or no head: output 0
+    om.setZero();
+    return 0.0;
+  }
+  Tile<C> t;
+  double flops = 0;
+  for (Eigen::Index g = 0; g < kv_heads; ++g) {
+    const StridedMap<C> kg(km.map().data() + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const StridedMap<C> vg(vm.map().data() + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const Eigen::Map<const Column<C>> group_sinks(sm.map().data() + g * q_per_kv, q_per_kv);
+    for (Eigen::Index i0 = 0; i0 < tq; i0 += block) {
+      const Eigen::Index nq = std::min(block, tq - i0);
+      const Eigen::Index rows = nq * q_per_kv;
+      t.q.resize(rows, d);
+      for (Eigen::Index i = 0; i < nq; ++i) {
+        t.q.middleRows(i * q_per_kv, q_per_kv) =
+            qm.middleRows((i0 + i) * heads + g * q_per_kv, q_per_kv).template cast<C>();
+      }
+      t.max = group_sinks.replicate(nq, 1);
+      t.denom = (t.max == -std::numeric_limits<C>::infinity()).select(C(0), Column<C>::Ones(rows));
+      t.acc.setZero(rows, d);
+      const std::int64_t first_q = o.q_offset + i0;
+      const KeyRange keys =
+          visible_keys(first_q, first_q + nq - 1, o.k_offset, tk, o.sliding_window);
+      for (std::int64_t j0 = keys.begin; j0 < keys.end; j0 += block) {
+        const Eigen::Index nk = std::min<Eigen::Index>(block, keys.end - j0);
+        t.s.noalias() = t.q * kg.middleRows(j0, nk).transpose();
+        t.s *= scale;
+        mask_block(t.s, first_q, q_per_kv, o.k_offset + j0, mask);
+        online_update(t, vg.middleRows(j0, nk));
+        flops += 4.0 * static_cast<double>(rows * nk * d);
+      }
+      // A row that saw nothing (-inf sink) has acc 0 and denom 0: its output is 0.
+      t.denom = (t.denom == C(0)).select(Column<C>::Ones(rows), t.denom);
+      for (Eigen::Index i = 0; i < nq; ++i) {
+        om.middleRows((i0 + i) * heads + g * q_per_kv, q_per_kv) =
+            (t.acc.middleRows(i * q_per_kv, q_per_kv).array().colwise() /
+             t.denom.segment(i * q_per_kv, q_per_kv))
+                .matrix()
+                .template cast<S>();
+      }
+    }
+  }
+  return flops;
+}
+
+}  // namespace
+
+Tensor sdpa_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                  const SdpaOptions& options, std::int64_t block) {
+  constexpr std::string_view op = "sdpa_sinks";
+  perf::OpScope scope(op);
+  scope.input(q).input(k).input(v).input(sinks);
+  scope.attr("window", options.sliding_window)
+      .attr("q_offset", options.q_offset)
+      .attr("k_offset", options.k_offset)
+      .attr("block", block);
+  detail::check_rank(op, "q ([Tq, kv_heads, q_per_kv, head_dim])", q, 4);
+  detail::check_rank(op, "k ([Tk, kv_heads, head_dim])", k, 3);
+  const std::int64_t kv_heads = q.shape()[1];
+  const std::int64_t d = q.shape()[3];
+  MESHTEST_CHECK(d > 0, "sdpa_sinks: q has shape {}, head_dim must be > 0", q.shape());
+  detail::check_shape(op, "k", k, Shape{k.shape()[0], kv_heads, d});
+  detail::check_shape(op, "v", v, k.shape());
+  detail::check_shape(op, "sinks", sinks, Shape{kv_heads * q.shape()[2]});
+  detail::check_dtype(op, "k", k, q.dtype());
+  detail::check_dtype(op, "v", v, q.dtype());
+  detail::check_dtype(op, "sinks", sinks, q.dtype());
+  MESHTEST_CHECK(options.sliding_window >= 0, "sdpa_sinks: sliding_window is {}, expected >= 0",
+                 options.sliding_window);
+  MESHTEST_CHECK(!options.scale || std::isfinite(*options.scale),
+                 "sdpa_sinks: scale is {}, expected a finite value", options.scale.value_or(0.0));
+  MESHTEST_CHECK(block >= 1, "sdpa_sinks: block is {}, expected >= 1", block);
+  Tensor out(Shape{q.shape()[0], kv_heads * q.shape()[2] * d}, q.dtype(), Tensor::Uninitialized{});
+  const double flops = detail::visit_floating(q.dtype(), op, [&]<class S>(type_tag<S>) {
+    return sdpa_sinks_impl<S>(q, k, v, sinks, options, block, out);
+  });
+  // q·k and weights·v over the key blocks computed (masked entries of those blocks included).
+  scope.output(out).flops(flops);
+  return out;
+}
+
+}  // namespace meshtest
