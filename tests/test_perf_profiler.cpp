@@ -96,6 +96,52 @@ TEST(Profiler, AGrandparentCompositeIsNotRecordedOnlyItsLeaves) {
   EXPECT_EQ(r[2].op_code, "add");
 }
 
+TEST(Profiler, AFusedOpIsOneRecordAndItsInnerScopesRecordNothing) {
+  // block > {fused qkv_rope > {rope_table, linear > matmul}, fused inside fused, add}: the
+  // fused op is a leaf with its own inputs; nothing inside it is recorded at any depth; the
+  // composite around it is dropped as usual.
+  Session session;
+  const Tensor x({3, 8}, DType::f32);
+  {
+    OpScope block("block");
+    {
+      OpScope fused("qkv_rope", OpScope::fused);
+      EXPECT_TRUE(fused.active());
+      fused.input(x).attr("heads", 2);
+      {
+        OpScope inner("rope_table");
+        EXPECT_FALSE(inner.active());
+      }
+      {
+        OpScope linear("linear");
+        OpScope matmul("matmul");
+        EXPECT_FALSE(linear.active());
+        EXPECT_FALSE(matmul.active());
+      }
+      {
+        OpScope nested("sdpa_sinks", OpScope::fused);
+        EXPECT_FALSE(nested.active());
+      }
+    }
+    { OpScope c("add"); }
+  }
+  const auto r = records();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].op_code, "qkv_rope");
+  EXPECT_EQ(r[0].attributes, "heads=2");
+  ASSERT_EQ(r[0].inputs.size(), 1u);
+  EXPECT_EQ(r[0].inputs[0].shape, (Shape{3, 8}));
+  EXPECT_EQ(r[1].op_code, "add");
+  // Off: a fused scope is as inactive as any other.
+  set_enabled(false);
+  {
+    OpScope off("qkv_rope", OpScope::fused);
+    EXPECT_FALSE(off.active());
+    OpScope inner("rope_table");
+    EXPECT_FALSE(inner.active());
+  }
+}
+
 TEST(Profiler, AThrowingOpIsNotRecorded) {
   Session session;
   EXPECT_THROW(

@@ -111,7 +111,7 @@ void check_options(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 Qkv qkv_rope(const Tensor& x, const Tensor& weight, const Tensor& bias,
              const QkvRopeOptions& options) {
-  perf::OpScope scope("qkv_rope");
+  perf::OpScope scope("qkv_rope", perf::OpScope::fused);
   scope.input(x).input(weight).input(bias);
   scope.attr("heads", options.num_heads)
       .attr("kv_heads", options.num_kv_heads)

@@ -152,7 +152,7 @@ double sdpa_sinks_impl(const Tensor& q, const Tensor& k, const Tensor& v, const 
 Tensor sdpa_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
                   const SdpaOptions& options, std::int64_t block) {
   constexpr std::string_view op = "sdpa_sinks";
-  perf::OpScope scope(op);
+  perf::OpScope scope(op, perf::OpScope::fused);
   scope.input(q).input(k).input(v).input(sinks);
   scope.attr("window", options.sliding_window)
       .attr("q_offset", options.q_offset)

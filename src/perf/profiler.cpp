@@ -90,7 +90,8 @@ Session::~Session() {
 }
 
 OpScope::OpScope(std::string_view op_code, OpType type) {
-  if (!enabled()) return;
+  // Inside a fused op's scope nothing is recorded (nor opened: deeper scopes see the fused one).
+  if (!enabled() || (t_open != nullptr && t_open->fused_)) return;
   active_ = true;
   uncaught_ = std::uncaught_exceptions();
   parent_ = t_open;
@@ -99,6 +100,10 @@ OpScope::OpScope(std::string_view op_code, OpType type) {
   rec_.op_type = type;
   rec_.device_id = device_id();
   rec_.start_ns = now_ns();
+}
+
+OpScope::OpScope(std::string_view op_code, Fused) : OpScope(op_code, OpType::compute) {
+  fused_ = active_;
 }
 
 OpScope::~OpScope() {

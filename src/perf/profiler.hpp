@@ -51,9 +51,19 @@ class Session {
 /// scopes are recorded: a scope inside which another scope was recorded (a composite op such
 /// as transformer_block) is dropped, so the records are the flat op sequence a device runs.
 /// Not recorded when the op throws.
+///
+/// A fused op (qkv_rope, sdpa_sinks, experts) is one op however it is built: opened with
+/// OpScope::fused, it is recorded as a leaf, and the scopes its body opens (rope_table, permute,
+/// grouped_gemm, ...) record nothing, so a report shows the fused op with its own inputs.
 class OpScope {
  public:
+  /// Tag of the fused constructor.
+  struct Fused {};
+  static constexpr Fused fused{};
+
   explicit OpScope(std::string_view op_code, OpType type = OpType::compute);
+  /// A fused op's scope: recorded as one op; scopes opened inside it are not recorded.
+  OpScope(std::string_view op_code, Fused);
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -74,6 +84,7 @@ class OpScope {
   void add_attr(std::string_view key, std::string value);
 
   bool active_ = false;
+  bool fused_ = false;
   int uncaught_ = 0;
   OpScope* parent_ = nullptr;
   bool child_recorded_ = false;
