@@ -1,7 +1,7 @@
 // meshtest-bench fused: the fused ops of issue 12 against their reference sequences, single
 // device. Section "experts" (bench/fused_experts.hpp): fused experts vs the MLP block's sequence
-// and vs a dense-gather reference at T = 1024, E = 32, k = 4 (hidden = I = 512 by default, about
-// 10 s on 2 shared cores; --hidden 2880 --intermediate 2880 for gpt-oss-20b's widths).
+// and vs a dense-gather reference at T = 1024, E = 32, k = 4 (hidden = I = 512 by default, 7 to
+// 18 s on 2 shared cores; --hidden 2880 --intermediate 2880 for gpt-oss-20b's widths).
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 

@@ -10,7 +10,7 @@
 namespace meshtest::bench {
 
 /// Sizes and repetitions of the experts section. The defaults (T = 1024, E = 32, k = 4, hidden =
-/// I = 512, f32) run in about 10 s on 2 shared cores; gpt-oss-20b's widths are hidden = I = 2880
+/// I = 512, f32) run in 7 to 18 s on 2 shared cores; gpt-oss-20b's widths are hidden = I = 2880
 /// (about 36 x the GEMM work and 32 x the dense gather's traffic).
 struct ExpertsBenchOptions {
   std::int64_t tokens = 1024;

@@ -25,7 +25,8 @@ namespace meshtest {
 /// summed back per token (unpermute). Every weight matrix is read once per call, whatever T.
 /// The gathered tokens and both GEMM outputs live in a scratch kept per signature (op, dtype,
 /// t's shape, 2I, k, bias or not) in perf::program_cache(): [T*k, 2·hidden + 2I] values of the
-/// compute type, held until the cache is cleared (with the cache off, a fresh one per call).
+/// compute type, held until the cache is cleared (with the cache off, a fresh one per call); the
+/// swiglu output [T*k, I] is allocated per call.
 ///
 /// No mlp2_bias (an unset Tensor): the weighted sum of the expert outputs without their bias:
 /// the partial of a tensor-parallel device (the bias joins on one device of the TP axis only).
