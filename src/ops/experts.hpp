@@ -22,7 +22,7 @@ namespace meshtest {
 /// ascending within one); the tokens are gathered once into that order; mlp1 runs as a grouped
 /// GEMM (one GEMM per expert over exactly the rows it received, none for an expert without
 /// tokens), swiglu over all rows at once, mlp2 as a grouped GEMM, and the rows are weighted and
-/// summed back per token (unpermute). Every weight matrix is read once per call, whatever T.
+/// summed back per token (unpermute). Each expert matrix is read at most once per call.
 /// The gathered tokens and both GEMM outputs live in a scratch kept per signature (op, dtype,
 /// t's shape, 2I, k, bias or not) in perf::program_cache(): [T*k, 2·hidden + 2I] values of the
 /// compute type, held until the cache is cleared (with the cache off, a fresh one per call); the
