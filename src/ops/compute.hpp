@@ -52,6 +52,10 @@ decltype(auto) visit_floating(DType t, std::string_view op, F&& f) {
   fail("{}: dtype {} is not supported (expected f32, f64 or bf16)", op, t);
 }
 
+/// Whether `t` is a default-constructed Tensor (no shape, no bytes): an optional argument left
+/// out (a bias, routing weights).
+inline bool is_unset(const Tensor& t) { return t.rank() == 0 && t.nbytes() == 0; }
+
 /// Throws an Error unless `t` has shape `want`; `op` and `name` say which tensor of which op.
 void check_shape(std::string_view op, std::string_view name, const Tensor& t, const Shape& want);
 /// Throws an Error unless `t` has dtype `want`.

@@ -18,8 +18,6 @@ using ConstRows = Eigen::Map<const RowMatrix<T>>;
 template <class T>
 using Rows = Eigen::Map<RowMatrix<T>>;
 
-bool is_unset(const Tensor& t) { return t.rank() == 0 && t.nbytes() == 0; }
-
 // Checks x [rows, in], w [G, out, in], offsets [G + 1] from 0 to rows, non-decreasing.
 void check_segments(std::string_view op, const Tensor& x, std::span<const std::int64_t> offsets,
                     const Tensor& w) {
@@ -83,7 +81,7 @@ Tensor grouped_gemm(const Tensor& x, std::span<const std::int64_t> offsets, cons
   perf::OpScope scope(op);
   scope.input(x).input(w);
   check_segments(op, x, offsets, w);
-  const Tensor* b = is_unset(bias) ? nullptr : &bias;
+  const Tensor* b = detail::is_unset(bias) ? nullptr : &bias;
   if (b != nullptr) {
     scope.input(*b);
     detail::check_shape(op, "bias", *b, Shape{w.shape()[0], w.shape()[1]});

@@ -126,31 +126,40 @@ Tensor combine_impl(const Tensor& y, const Routing& r, const Tensor& mlp2_bias) 
 
 }  // namespace
 
+void check_moe_weights(std::string_view op, const Tensor& gate_weight, const Tensor& gate_bias,
+                       const Tensor& mlp1_weight, const Tensor& mlp1_bias,
+                       const Tensor& mlp2_weight, const Tensor& mlp2_bias, const MoeParams& p,
+                       std::int64_t hidden, DType dtype, bool mlp2_bias_optional) {
+  detail::check_rank(op, "gate.weight ([experts, hidden])", gate_weight, 2);
+  detail::check_rank(op, "mlp2_weight ([experts, hidden, intermediate])", mlp2_weight, 3);
+  const std::int64_t experts = gate_weight.shape()[0];
+  const std::int64_t inter = mlp2_weight.shape()[2];
+  MESHTEST_CHECK(p.experts_per_token >= 1 && p.experts_per_token <= experts,
+                 "{}: experts_per_token is {}, expected 1 .. {} (the number of experts)", op,
+                 p.experts_per_token, experts);
+  const bool bias = !(mlp2_bias_optional && detail::is_unset(mlp2_bias));
+  detail::check_shape(op, "gate.weight", gate_weight, Shape{experts, hidden});
+  detail::check_shape(op, "gate.bias", gate_bias, Shape{experts});
+  detail::check_shape(op, "mlp1_weight", mlp1_weight, Shape{experts, 2 * inter, hidden});
+  detail::check_shape(op, "mlp1_bias", mlp1_bias, Shape{experts, 2 * inter});
+  detail::check_shape(op, "mlp2_weight", mlp2_weight, Shape{experts, hidden, inter});
+  if (bias) detail::check_shape(op, "mlp2_bias", mlp2_bias, Shape{experts, hidden});
+  detail::check_dtype(op, "gate.weight", gate_weight, dtype);
+  detail::check_dtype(op, "gate.bias", gate_bias, dtype);
+  detail::check_dtype(op, "mlp1_weight", mlp1_weight, dtype);
+  detail::check_dtype(op, "mlp1_bias", mlp1_bias, dtype);
+  detail::check_dtype(op, "mlp2_weight", mlp2_weight, dtype);
+  if (bias) detail::check_dtype(op, "mlp2_bias", mlp2_bias, dtype);
+}
+
 void check_mlp(const MlpWeights& w, const MoeParams& p, std::int64_t hidden, DType dtype) {
   constexpr std::string_view op = "mlp_block";
-  detail::check_rank(op, "gate.weight ([experts, hidden])", w.gate_weight, 2);
-  detail::check_rank(op, "mlp2_weight ([experts, hidden, intermediate])", w.mlp2_weight, 3);
-  const std::int64_t experts = w.gate_weight.shape()[0];
-  const std::int64_t inter = w.mlp2_weight.shape()[2];
-  MESHTEST_CHECK(p.experts_per_token >= 1 && p.experts_per_token <= experts,
-                 "mlp_block: experts_per_token is {}, expected 1 .. {} (the number of experts)",
-                 p.experts_per_token, experts);
+  check_moe_weights(op, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight,
+                    w.mlp2_bias, p, hidden, dtype);
   detail::check_shape(op, "norm.scale", w.norm_scale, Shape{hidden});
-  detail::check_shape(op, "gate.weight", w.gate_weight, Shape{experts, hidden});
-  detail::check_shape(op, "gate.bias", w.gate_bias, Shape{experts});
-  detail::check_shape(op, "mlp1_weight", w.mlp1_weight, Shape{experts, 2 * inter, hidden});
-  detail::check_shape(op, "mlp1_bias", w.mlp1_bias, Shape{experts, 2 * inter});
-  detail::check_shape(op, "mlp2_weight", w.mlp2_weight, Shape{experts, hidden, inter});
-  detail::check_shape(op, "mlp2_bias", w.mlp2_bias, Shape{experts, hidden});
   MESHTEST_CHECK(is_floating(w.norm_scale.dtype()),
                  "mlp_block: norm.scale has dtype {}, expected f32, f64 or bf16",
                  w.norm_scale.dtype());
-  detail::check_dtype(op, "gate.weight", w.gate_weight, dtype);
-  detail::check_dtype(op, "gate.bias", w.gate_bias, dtype);
-  detail::check_dtype(op, "mlp1_weight", w.mlp1_weight, dtype);
-  detail::check_dtype(op, "mlp1_bias", w.mlp1_bias, dtype);
-  detail::check_dtype(op, "mlp2_weight", w.mlp2_weight, dtype);
-  detail::check_dtype(op, "mlp2_bias", w.mlp2_bias, dtype);
 }
 
 Routing route_top_k(const Tensor& logits, std::int64_t k) {

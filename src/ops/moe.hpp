@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "src/core/tensor.hpp"
@@ -34,6 +35,15 @@ struct MlpWeights {
 /// Throws an Error naming the first weight whose shape or dtype does not fit the others,
 /// `hidden` and `dtype`, or a k outside [1, experts].
 void check_mlp(const MlpWeights& w, const MoeParams& p, std::int64_t hidden, DType dtype);
+
+/// The router and expert weights of check_mlp (all but norm.scale), with `op` naming the op in
+/// the Error: gate_weight [E, hidden], gate_bias [E], mlp1_weight [E, 2I, hidden], mlp1_bias
+/// [E, 2I], mlp2_weight [E, hidden, I], mlp2_bias [E, hidden] (or, when `mlp2_bias_optional`,
+/// an unset Tensor), all of `dtype`; p.experts_per_token in [1, E].
+void check_moe_weights(std::string_view op, const Tensor& gate_weight, const Tensor& gate_bias,
+                       const Tensor& mlp1_weight, const Tensor& mlp1_bias,
+                       const Tensor& mlp2_weight, const Tensor& mlp2_bias, const MoeParams& p,
+                       std::int64_t hidden, DType dtype, bool mlp2_bias_optional = false);
 
 /// The router's choice for every token.
 struct Routing {

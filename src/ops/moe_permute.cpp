@@ -16,9 +16,6 @@ namespace {
 using detail::compute_t;
 using detail::ComputeMatrix;
 
-// A default-constructed Tensor (no shape, no bytes): an argument left out.
-bool is_unset(const Tensor& t) { return t.rank() == 0 && t.nbytes() == 0; }
-
 // Groups the slots s = t*k + j of `experts` ([T*k]) by expert with a counting sort, so the
 // slots of an expert stay ascending.
 Permutation group_by_expert(std::string_view op, std::span<const std::int64_t> experts,
@@ -47,7 +44,7 @@ Permutation group_by_expert(std::string_view op, std::span<const std::int64_t> e
 
 // The routing weights [T, k] as doubles, NaN rejected (LowestWeight sorts by them).
 std::vector<double> weights_of(const Permutation& p, const Tensor* weights) {
-  MESHTEST_CHECK(weights != nullptr && !is_unset(*weights),
+  MESHTEST_CHECK(weights != nullptr && !detail::is_unset(*weights),
                  "apply_capacity: DropPolicy::LowestWeight needs the routing weights [{}, {}]",
                  p.num_tokens, p.k);
   detail::check_shape("apply_capacity", "weights", *weights, Shape{p.num_tokens, p.k});
@@ -98,7 +95,7 @@ Permutation make_permutation(const Routing& r, std::int64_t num_experts) {
                      static_cast<std::int64_t>(r.experts.size()) == r.num_tokens * r.k,
                  "{}: routing is for {} tokens x k {} but lists {} experts", op, r.num_tokens, r.k,
                  r.experts.size());
-  if (!is_unset(r.weights)) {
+  if (!detail::is_unset(r.weights)) {
     detail::check_shape(op, "routing.weights", r.weights, Shape{r.num_tokens, r.k});
   }
   return group_by_expert(op, r.experts, r.k, num_experts);

@@ -1,0 +1,33 @@
+// experts_tp: fused experts on this device's intermediate shard, one all_reduce over the TP axis.
+#include "dist/parallel/experts_tp.hpp"
+
+#include "dist/ccl/all_reduce.hpp"
+#include "dist/mesh/agree.hpp"
+#include "dist/mesh/mpi_check.hpp"
+#include "src/ops/experts.hpp"
+#include "src/perf/profiler.hpp"
+
+namespace meshtest::dist {
+
+Tensor tp_experts(const MeshDevice& mesh, const Tensor& t, const MlpWeights& w, const MoeParams& p,
+                  const TpOptions& o) {
+  constexpr std::string_view op = "tp_experts";
+  perf::OpScope scope(op);
+  token_axis(o);
+  const bool bias_here = mesh.axis_index(o.tp_axis) == 0;
+  check_and_agree(mesh.comm(), op, [&] {
+    MESHTEST_DIST_CHECK(t.rank() == 2, "tp_experts: t has shape {}, expected [T_local, hidden]",
+                        t.shape());
+    MESHTEST_DIST_CHECK(is_floating(t.dtype()),
+                        "tp_experts: t has dtype {}, expected f32, f64 or bf16", t.dtype());
+    check_moe_weights(op, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight,
+                      w.mlp2_bias, p, t.shape()[1], t.dtype());
+  });
+  Tensor partial = experts(t, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight,
+                           bias_here ? w.mlp2_bias : Tensor{}, p);
+  all_reduce_inplace(mesh, partial, {.axis = o.tp_axis});
+  scope.output(partial);
+  return partial;
+}
+
+}  // namespace meshtest::dist
