@@ -2,7 +2,8 @@
 // chunked run (chunked.hpp) on toy ops whose results are known: a wrong fused op fails the PCC
 // (and a scaled one the atol) check, bad expected_pcc / seqlen / reports are clear Errors, the
 // single-device variant skips an op with a CCL and matches device 0's shapes otherwise, chunk_of
-// equals distribute, and a test written for a 2x4 mesh falls back to device 0's chunk.
+// equals distribute, a test written for a 2x4 mesh falls back to device 0's chunk, and trace
+// mode replays a traceable op (all_reduce, sdpa_sinks) but runs an untraceable one eagerly.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "src/core/random.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/ops/elementwise.hpp"
+#include "src/ops/sdpa_sinks.hpp"
 #include "tests/support/expect_error.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -252,6 +254,24 @@ TEST_F(FusedKit, TraceReplaysATraceableOpBitForBit) {
   // A compute op has no step: its replay is the eager call.
   const FusedRunner eager(run.mesh(), doubling_case().fused, s, {in.inputs[0].full});
   EXPECT_TRUE(eager.replay_is_eager());
+}
+
+TEST_F(FusedKit, TraceReplaysATraceableComputeOp) {
+  // sdpa_sinks records a compute step: trace mode replays it (no eager fallback), and the
+  // replay after the inputs' capture equals the captured call bit for bit (capture_trace).
+  const MeshRun run = line_run();
+  const FusedSetup s = setup_for(run, {.seqlen = 5, .trace = true});
+  const FusedFn fused = [](const FusedSetup&, const MeshDevice&, const std::vector<Tensor>& in) {
+    return fused_outputs(sdpa_sinks(in[0], in[1], in[2], in[3]));
+  };
+  std::vector<Tensor> in{random_normal({5, 2, 2, 4}, DType::f32, {.seed = 1}),
+                         random_normal({5, 2, 4}, DType::f32, {.seed = 2}),
+                         random_normal({5, 2, 4}, DType::f32, {.seed = 3}),
+                         random_normal({4}, DType::f32, {.seed = 4})};
+  const Tensor expected = sdpa_sinks(in[0], in[1], in[2], in[3]);
+  FusedRunner runner(run.mesh(), fused, s, in);
+  EXPECT_FALSE(runner.replay_is_eager());
+  EXPECT_TRUE(runner.run().at(0).bitwise_equal(expected));
 }
 
 TEST_F(FusedKit, SingleDeviceSkipsAnOpWithACcl) {

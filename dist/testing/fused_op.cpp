@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -150,22 +151,37 @@ struct FusedRunner::State {
 
 namespace {
 
-/// Trace mode, kept in this one function so that it can be upgraded with perf::Trace.
-/// Captures one fused call in `s.trace` (the inputs as trace inputs, every output kept) while
-/// the profiler counts the ops it runs, and returns the captured (eager) outputs.
-///   - The trace holds a step for every op of the call: the kept outputs are overwritten
-///     (NaN for floating dtypes), the trace replayed, and the outputs must equal the eager
-///     ones bit for bit; run() then replays.
-///   - Otherwise (perf::Trace records steps for CCLs only, so a compute op such as qkv_rope
-///     leaves none; or capture refused a CCL on an intermediate the trace does not own): a
-///     replay IS the eager call. run() calls the fused op again, and the check is that the
-///     second call's outputs equal the captured ones bit for bit.
-/// TODO(perf::Trace compute steps): when perf::Trace records compute ops, every fused op takes
-/// the first branch and trace mode measures real replays.
+/// The op codes of `records` (signposts left out) that `steps` (a trace's ops, in order) does
+/// not cover, as "a, b"; "" when every op recorded a step.
+std::string ops_without_steps(const std::vector<perf::OpRecord>& records,
+                              std::vector<std::string> steps) {
+  std::string missing;
+  for (const perf::OpRecord& r : records) {
+    if (r.op_type == perf::OpType::signpost) continue;
+    const auto it = std::find(steps.begin(), steps.end(), r.op_code);
+    if (it != steps.end()) {
+      steps.erase(it);
+    } else {
+      missing += (missing.empty() ? "" : ", ") + r.op_code;
+    }
+  }
+  return missing;
+}
+
+/// Trace mode. Captures one fused call in `s.trace` (the inputs as trace inputs, every output
+/// kept) while the profiler records the ops it runs, and returns the captured (eager) outputs.
+///   - Every op of the call recorded a trace step (meshtest's CCLs and the traceable compute
+///     ops, e.g. qkv_rope and sdpa_sinks): the kept outputs are overwritten (NaN for floating
+///     dtypes), the trace replayed, and the outputs must equal the eager ones bit for bit;
+///     run() then replays (a real replay: no validation, planning or allocation).
+///   - Otherwise (an op that is not traceable yet, or capture refused a step on an intermediate
+///     the trace does not own): a replay IS the eager call, said once on device 0 ("replay is
+///     eager", naming the ops without a step). run() calls the fused op again, and the check
+///     is that the second call's outputs equal the captured ones bit for bit.
 std::vector<Tensor> capture_trace(FusedRunner::State& s, const std::string& label) {
   s.trace = std::make_unique<perf::Trace>();
-  std::size_t ops = 0;
-  std::string refused;
+  std::string eager_reason;
+  bool refused = false;
   try {
     const perf::Session session;
     s.trace->capture([&] {
@@ -176,19 +192,26 @@ std::vector<Tensor> capture_trace(FusedRunner::State& s, const std::string& labe
       // arguments read trace inputs.
       for (Tensor& a : args) s.trace->input(std::move(a));
     });
-    for (const perf::OpRecord& r : perf::records()) ops += r.op_type != perf::OpType::signpost;
+    const std::vector<perf::OpRecord> records = perf::records();
+    const std::string missing = ops_without_steps(records, s.trace->ops());
+    if (!missing.empty()) eager_reason = "no trace step for " + missing;
+    if (s.trace->size() == 0 && eager_reason.empty()) eager_reason = "the call ran no op";
   } catch (const Error& e) {
     if (std::string(e.what()).find("does not own") == std::string::npos) throw;
-    refused = e.what();
+    eager_reason = e.what();
+    refused = true;
     s.kept.clear();
   }
+  if (!eager_reason.empty() && s.mesh.device_id() == 0) {
+    fmt::print("{}: trace replay is eager ({})\n", label, eager_reason);
+  }
   std::vector<Tensor> eager;
-  if (refused.empty()) {
+  if (!refused) {
     for (Tensor* t : s.kept) eager.push_back(*t);
   } else {
     eager = s.fused(s.setup, s.mesh, s.local);
   }
-  s.replay_is_eager = !refused.empty() || ops == 0 || s.trace->size() != ops;
+  s.replay_is_eager = !eager_reason.empty();
   std::vector<Tensor> replayed;
   if (s.replay_is_eager) {
     replayed = s.fused(s.setup, s.mesh, s.local);

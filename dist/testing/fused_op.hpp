@@ -23,10 +23,13 @@
 // mode cache_off, cache_on (eager, program cache off / on) or trace (trace implies the cache).
 // Nothing about time is asserted: perf goes to the reports only.
 //
-// Trace mode captures the fused call in a perf::Trace and checks the replay against the eager
-// call bit for bit. perf::Trace records steps for CCLs only, so for a compute op (qkv_rope,
-// sdpa_sinks) the "replay" is the eager call, said so on the e2e line ("replay is eager");
-// see capture_trace in fused_op.cpp (TODO: perf::Trace compute steps).
+// Trace mode captures the fused call in a perf::Trace and replays it: when every op of the
+// call recorded a trace step (meshtest's CCLs and the traceable compute ops qkv_rope and
+// sdpa_sinks), the replay reruns the steps on the captured buffers without validation,
+// planning or allocation, and is checked against the eager call bit for bit (the outputs
+// overwritten with NaN first). A call with an op that is not traceable yet falls back to
+// "replay is the eager call", said on device 0 ("trace replay is eager (no trace step for
+// <ops>)") and on the e2e line ("replay is eager"); see capture_trace in fused_op.cpp.
 //
 // The mesh: case.mesh, or the 1 x N mesh of every started rank (TP over N on axis 1). A case
 // with a fixed mesh started on fewer ranks runs device 0's chunk of it on one device, saying so
@@ -151,8 +154,8 @@ FusedInputs make_fused_inputs(const FusedOpCase& c, const FusedSetup& s);
 
 /// The fused op on this device's inputs, run as s.params says: eager with the program cache
 /// off or on, or traced. Holds the cache switch for its lifetime. Trace mode: see
-/// capture_trace in fused_op.cpp — while perf::Trace records steps for CCLs only, the replay of
-/// a compute op IS the eager call, checked bit for bit against the captured call.
+/// capture_trace in fused_op.cpp — a real replay when every op of the call has a trace step,
+/// else the eager call; either is checked bit for bit against the captured call.
 class FusedRunner {
  public:
   FusedRunner(const MeshDevice& mesh, const FusedFn& fused, const FusedSetup& s,
@@ -162,7 +165,7 @@ class FusedRunner {
   FusedRunner& operator=(const FusedRunner&) = delete;
   /// One call (an eager call or a replay); the outputs.
   std::vector<Tensor> run();
-  /// Whether a replay is the eager call (see run_traced).
+  /// Whether a replay is the eager call (an op without a trace step; see capture_trace).
   bool replay_is_eager() const;
 
   struct State;  ///< the implementation's (fused_op.cpp)

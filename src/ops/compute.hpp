@@ -104,6 +104,20 @@ class ComputeMatrix {
   const C* ptr_ = nullptr;
 };
 
+/// `rows` x `cols` row-major elements of storage type S at `p` as compute type: `p` itself when
+/// S is the compute type, else converted into `buffer` (resized only when its size differs, so
+/// a plan that keeps the buffer converts without allocating on later calls).
+template <class S>
+const compute_t<S>* compute_view(const S* p, Eigen::Index rows, Eigen::Index cols,
+                                 RowMatrix<compute_t<S>>& buffer) {
+  if constexpr (std::is_same_v<S, compute_t<S>>) {
+    return p;
+  } else {
+    buffer = Eigen::Map<const RowMatrix<S>>(p, rows, cols).template cast<compute_t<S>>();
+    return buffer.data();
+  }
+}
+
 /// A new tensor of `shape` and storage type S holding `m` (rounded to S) in row-major order;
 /// `m` must have shape.numel() elements.
 template <class S, class Derived>

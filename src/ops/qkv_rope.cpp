@@ -1,11 +1,14 @@
 // qkv_rope: weight blocks of whole heads, token panels through a small GEMM scratch, then each
-// head rotated (q, k) or copied (v) into its output.
+// head rotated (q, k) or copied (v) into its output. A call is a plan (buffers, RoPE table,
+// scratch) and its run; under a perf::Trace capture the run is recorded as a step.
 #include "src/ops/qkv_rope.hpp"
 
 #include <algorithm>
+#include <memory>
 
 #include "src/ops/compute.hpp"
 #include "src/perf/profiler.hpp"
+#include "src/perf/trace.hpp"
 
 namespace meshtest {
 namespace {
@@ -50,36 +53,69 @@ struct Outputs {
   }
 };
 
+// One call's plan: its buffers and sizes, the cos/sin table of its positions (compute type,
+// made once) and its scratch. A trace step keeps it and reruns it (run_qkv_rope).
 template <class S>
-void qkv_rope_impl(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const QkvRopeOptions& o, Qkv& out) {
+struct QkvRopePlan {
   using C = compute_t<S>;
-  const Eigen::Index tokens = x.shape()[0];
-  const Eigen::Index hidden = x.shape()[1];
+  const S* x;
+  const S* weight;
+  const S* bias;
+  Outputs<S> dst;
+  Eigen::Index tokens, hidden, slots, block_slots, row_block;
+  RowMatrix<C> cos, sin;       // [T, d/2]
+  RowMatrix<C> x_c, w_c, b_c;  // bf16 inputs converted to f32 (unused for f32, f64)
+  RowMatrix<C> y;              // [row_block, block_slots * d] GEMM scratch
+};
+
+template <class S>
+std::shared_ptr<QkvRopePlan<S>> plan_qkv_rope(const Tensor& x, const Tensor& weight,
+                                              const Tensor& bias, const QkvRopeOptions& o,
+                                              Qkv& out) {
   const Eigen::Index d = o.rope.head_dim;
-  const Eigen::Index slots = o.num_heads + 2 * o.num_kv_heads;  // heads of the qkv columns
-  const Eigen::Index block_slots = std::max<Eigen::Index>(1, o.column_block / d);
-  const Outputs<S> dst{out.q.data<S>(), out.k.data<S>(), out.v.data<S>(),
-                       o.num_heads,     o.num_kv_heads,  d};
+  const Eigen::Index tokens = x.shape()[0];
   const RopeTable table = rope_table(o.rope, tokens, o.position_offset, dtype_of<S>());
-  const detail::ComputeMatrix<S> cos_m(table.cos);
-  const detail::ComputeMatrix<S> sin_m(table.sin);
-  const detail::ComputeMatrix<S> xm(x, 0, tokens, hidden);
-  const detail::ComputeMatrix<S> bm(bias, 0, 1, slots * d);
-  RowMatrix<C> y;  // [row_block, block_slots * d] scratch
-  for (Eigen::Index s0 = 0; s0 < slots; s0 += block_slots) {
-    const Eigen::Index ns = std::min(block_slots, slots - s0);
-    const detail::ComputeMatrix<S> wb(weight, s0 * d * hidden, ns * d, hidden);
-    for (Eigen::Index t0 = 0; t0 < tokens; t0 += o.row_block) {
-      const Eigen::Index nt = std::min<Eigen::Index>(o.row_block, tokens - t0);
-      y.noalias() = xm.map().middleRows(t0, nt) * wb.map().transpose();
-      y.rowwise() += bm.map().row(0).segment(s0 * d, ns * d);
-      detail::round_all<S>(y);  // the reference Linear's output dtype
+  return std::make_shared<QkvRopePlan<S>>(QkvRopePlan<S>{
+      .x = x.data<S>(),
+      .weight = weight.data<S>(),
+      .bias = bias.data<S>(),
+      .dst = {out.q.data<S>(), out.k.data<S>(), out.v.data<S>(), o.num_heads, o.num_kv_heads, d},
+      .tokens = tokens,
+      .hidden = x.shape()[1],
+      .slots = o.num_heads + 2 * o.num_kv_heads,  // heads of the qkv columns
+      .block_slots = std::max<Eigen::Index>(1, o.column_block / d),
+      .row_block = o.row_block,
+      .cos = detail::ComputeMatrix<S>(table.cos).map(),
+      .sin = detail::ComputeMatrix<S>(table.sin).map(),
+      .x_c = {},
+      .w_c = {},
+      .b_c = {},
+      .y = {}});
+}
+
+// The work of a call: reads the inputs' current contents, writes q, k and v.
+template <class S>
+void run_qkv_rope(QkvRopePlan<S>& p) {
+  using C = compute_t<S>;
+  using Map = Eigen::Map<const RowMatrix<C>>;
+  const Eigen::Index d = p.dst.d;
+  const Map xm(detail::compute_view(p.x, p.tokens, p.hidden, p.x_c), p.tokens, p.hidden);
+  const Map bm(detail::compute_view(p.bias, 1, p.slots * d, p.b_c), 1, p.slots * d);
+  for (Eigen::Index s0 = 0; s0 < p.slots; s0 += p.block_slots) {
+    const Eigen::Index ns = std::min(p.block_slots, p.slots - s0);
+    const Map wb(detail::compute_view(p.weight + s0 * d * p.hidden, ns * d, p.hidden, p.w_c),
+                 ns * d, p.hidden);
+    for (Eigen::Index t0 = 0; t0 < p.tokens; t0 += p.row_block) {
+      const Eigen::Index nt = std::min<Eigen::Index>(p.row_block, p.tokens - t0);
+      p.y.noalias() = xm.middleRows(t0, nt) * wb.transpose();
+      p.y.rowwise() += bm.row(0).segment(s0 * d, ns * d);
+      detail::round_all<S>(p.y);  // the reference Linear's output dtype
       for (Eigen::Index t = 0; t < nt; ++t) {
         const Eigen::Index i = t0 + t;
-        const C* c = cos_m.map().row(i).data();
-        const C* s = sin_m.map().row(i).data();
-        for (Eigen::Index h = 0; h < ns; ++h) dst.store(i, s0 + h, y.row(t).data() + h * d, c, s);
+        const C* c = p.cos.row(i).data();
+        const C* s = p.sin.row(i).data();
+        for (Eigen::Index h = 0; h < ns; ++h)
+          p.dst.store(i, s0 + h, p.y.row(t).data() + h * d, c, s);
       }
     }
   }
@@ -126,7 +162,12 @@ Qkv qkv_rope(const Tensor& x, const Tensor& weight, const Tensor& bias,
           Tensor(Shape{tokens, kv_heads, d}, x.dtype(), fill_later),
           Tensor(Shape{tokens, kv_heads, d}, x.dtype(), fill_later)};
   detail::visit_floating(x.dtype(), "qkv_rope", [&]<class S>(type_tag<S>) {
-    qkv_rope_impl<S>(x, weight, bias, options, out);
+    std::shared_ptr<QkvRopePlan<S>> plan = plan_qkv_rope<S>(x, weight, bias, options, out);
+    run_qkv_rope(*plan);
+    if (perf::Trace* t = perf::Trace::active()) {
+      t->add_step("qkv_rope", perf::OpType::compute, {&x, &weight, &bias}, {&out.q, &out.k, &out.v},
+                  [plan] { run_qkv_rope(*plan); });
+    }
   });
   // The GEMM and its bias, then 3 flops per rotated element (as apply_rope counts them).
   const double rows = static_cast<double>(tokens);

@@ -36,6 +36,11 @@ struct QkvRopeOptions {
 /// summation order of the GEMM, which depends on the panel (bit for bit where the sums are
 /// exact). T = 0 is allowed and gives empty q, k and v.
 ///
+/// Traceable: while a perf::Trace captures, the call records a compute step that reruns the
+/// GEMM, bias and RoPE from the buffers of x, weight and bias into those of q, k and v, with
+/// the cos/sin table computed at capture (the positions are fixed) and no validation or
+/// allocation (bf16 conversions reuse the step's scratch).
+///
 /// Throws Error (naming what is wrong) for x not of rank 2, num_heads or num_kv_heads < 1,
 /// num_heads not a multiple of num_kv_heads, rope.head_dim not positive and even, a weight or
 /// bias whose shape or dtype does not fit, a dtype other than f32, f64 or bf16, a negative

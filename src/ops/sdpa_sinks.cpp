@@ -1,13 +1,17 @@
 // sdpa_sinks: per kv head, query tiles against key blocks with an online softmax and the sink.
+// A call is a plan (buffers, options, scratch) and its run; under a perf::Trace capture the run
+// is recorded as a step.
 #include "src/ops/sdpa_sinks.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "src/ops/attention_mask.hpp"
 #include "src/ops/compute.hpp"
 #include "src/perf/profiler.hpp"
+#include "src/perf/trace.hpp"
 
 namespace meshtest {
 namespace {
@@ -82,35 +86,71 @@ void online_update(Tile<C>& t, const V& vb) {
   t.acc.noalias() += t.s * vb;
 }
 
-// Writes `out` (allocated [Tq, heads * d]); returns the flops of the blocks computed.
+// One call's plan: its buffers, sizes and options, and its scratch (the tile, bf16 copies of k,
+// v and sinks). A trace step keeps it and reruns it (run_sdpa_sinks).
 template <class S>
-double sdpa_sinks_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
-                       const SdpaOptions& o, Eigen::Index block, Tensor& out) {
+struct SdpaSinksPlan {
   using C = compute_t<S>;
-  const Eigen::Index tq = q.shape()[0];
-  const Eigen::Index kv_heads = q.shape()[1];
-  const Eigen::Index q_per_kv = q.shape()[2];
-  const Eigen::Index d = q.shape()[3];
-  const Eigen::Index tk = k.shape()[0];
-  const Eigen::Index heads = kv_heads * q_per_kv;
-  const C scale = static_cast<C>(o.scale.value_or(1.0 / std::sqrt(static_cast<double>(d))));
-  const MaskSpec mask{.causal = true, .sliding_window = o.sliding_window};
+  const S* q;
+  const S* k;
+  const S* v;
+  const S* sinks;
+  S* out;
+  Eigen::Index tq, kv_heads, q_per_kv, d, tk, block;
+  C scale;
+  std::int64_t q_offset, k_offset;
+  MaskSpec mask;
+  Tile<C> tile = {};
+  RowMatrix<C> k_c = {}, v_c = {}, sinks_c = {};
+};
 
-  const Eigen::Map<const RowMatrix<S>> qm(q.data<S>(), tq * heads, d);  // row i * heads + h
-  const detail::ComputeMatrix<S> km(k, 0, tk * kv_heads, d);            // row j * kv_heads + g
-  const detail::ComputeMatrix<S> vm(v, 0, tk * kv_heads, d);
-  const detail::ComputeMatrix<S> sm(sinks, 0, heads, 1);
-  Eigen::Map<RowMatrix<S>> om(out.data<S>(), tq * heads, d);
+template <class S>
+std::shared_ptr<SdpaSinksPlan<S>> plan_sdpa_sinks(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  const Tensor& sinks, const SdpaOptions& o,
+                                                  Eigen::Index block, Tensor& out) {
+  using C = compute_t<S>;
+  const Eigen::Index d = q.shape()[3];
+  return std::make_shared<SdpaSinksPlan<S>>(SdpaSinksPlan<S>{
+      .q = q.data<S>(),
+      .k = k.data<S>(),
+      .v = v.data<S>(),
+      .sinks = sinks.data<S>(),
+      .out = out.data<S>(),
+      .tq = q.shape()[0],
+      .kv_heads = q.shape()[1],
+      .q_per_kv = q.shape()[2],
+      .d = d,
+      .tk = k.shape()[0],
+      .block = block,
+      .scale = static_cast<C>(o.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)))),
+      .q_offset = o.q_offset,
+      .k_offset = o.k_offset,
+      .mask = {.causal = true, .sliding_window = o.sliding_window}});
+}
+
+// The work of a call: reads the inputs' current contents, writes out ([Tq, heads * d]);
+// returns the flops of the blocks computed.
+template <class S>
+double run_sdpa_sinks(SdpaSinksPlan<S>& p) {
+  using C = compute_t<S>;
+  const Eigen::Index tq = p.tq, kv_heads = p.kv_heads, q_per_kv = p.q_per_kv, d = p.d;
+  const Eigen::Index tk = p.tk, block = p.block;
+  const Eigen::Index heads = kv_heads * q_per_kv;
+  const Eigen::Map<const RowMatrix<S>> qm(p.q, tq * heads, d);  // row i * heads + h
+  Eigen::Map<RowMatrix<S>> om(p.out, tq * heads, d);
   if (tk == 0 || heads == 0) {  // no key (nor key data to point into), or no head: output 0
     om.setZero();
     return 0.0;
   }
-  Tile<C> t;
+  const C* kc = detail::compute_view(p.k, tk * kv_heads, d, p.k_c);  // row j * kv_heads + g
+  const C* vc = detail::compute_view(p.v, tk * kv_heads, d, p.v_c);
+  const C* sc = detail::compute_view(p.sinks, heads, 1, p.sinks_c);
+  Tile<C>& t = p.tile;
   double flops = 0;
   for (Eigen::Index g = 0; g < kv_heads; ++g) {
-    const StridedMap<C> kg(km.map().data() + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
-    const StridedMap<C> vg(vm.map().data() + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
-    const Eigen::Map<const Column<C>> group_sinks(sm.map().data() + g * q_per_kv, q_per_kv);
+    const StridedMap<C> kg(kc + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const StridedMap<C> vg(vc + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const Eigen::Map<const Column<C>> group_sinks(sc + g * q_per_kv, q_per_kv);
     for (Eigen::Index i0 = 0; i0 < tq; i0 += block) {
       const Eigen::Index nq = std::min(block, tq - i0);
       const Eigen::Index rows = nq * q_per_kv;
@@ -122,14 +162,14 @@ double sdpa_sinks_impl(const Tensor& q, const Tensor& k, const Tensor& v, const 
       t.max = group_sinks.replicate(nq, 1);
       t.denom = (t.max == -std::numeric_limits<C>::infinity()).select(C(0), Column<C>::Ones(rows));
       t.acc.setZero(rows, d);
-      const std::int64_t first_q = o.q_offset + i0;
+      const std::int64_t first_q = p.q_offset + i0;
       const KeyRange keys =
-          visible_keys(first_q, first_q + nq - 1, o.k_offset, tk, o.sliding_window);
+          visible_keys(first_q, first_q + nq - 1, p.k_offset, tk, p.mask.sliding_window);
       for (std::int64_t j0 = keys.begin; j0 < keys.end; j0 += block) {
         const Eigen::Index nk = std::min<Eigen::Index>(block, keys.end - j0);
         t.s.noalias() = t.q * kg.middleRows(j0, nk).transpose();
-        t.s *= scale;
-        mask_block(t.s, first_q, q_per_kv, o.k_offset + j0, mask);
+        t.s *= p.scale;
+        mask_block(t.s, first_q, q_per_kv, p.k_offset + j0, p.mask);
         online_update(t, vg.middleRows(j0, nk));
         flops += 4.0 * static_cast<double>(rows * nk * d);
       }
@@ -176,7 +216,14 @@ Tensor sdpa_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   MESHTEST_CHECK(block >= 1, "sdpa_sinks: block is {}, expected >= 1", block);
   Tensor out(Shape{q.shape()[0], kv_heads * q.shape()[2] * d}, q.dtype(), Tensor::Uninitialized{});
   const double flops = detail::visit_floating(q.dtype(), op, [&]<class S>(type_tag<S>) {
-    return sdpa_sinks_impl<S>(q, k, v, sinks, options, block, out);
+    std::shared_ptr<SdpaSinksPlan<S>> plan =
+        plan_sdpa_sinks<S>(q, k, v, sinks, options, block, out);
+    const double n = run_sdpa_sinks(*plan);
+    if (perf::Trace* t = perf::Trace::active()) {
+      t->add_step(op, perf::OpType::compute, {&q, &k, &v, &sinks}, {&out},
+                  [plan] { run_sdpa_sinks(*plan); });
+    }
+    return n;
   });
   // q·k and weights·v over the key blocks computed (masked entries of those blocks included).
   scope.output(out).flops(flops);

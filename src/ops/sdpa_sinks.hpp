@@ -34,6 +34,10 @@ inline constexpr std::int64_t kSdpaSinksBlock = 64;
 /// weights and the output to bf16 (the reference model's per-op rounding), so bf16 results are
 /// closer to the exact value than sdpa's and may differ from them by a few bf16 ulps.
 ///
+/// Traceable: while a perf::Trace captures, the call records a compute step that reruns the
+/// attention from the buffers of q, k, v and sinks into the output's, with the options fixed
+/// at capture and no validation or allocation (the tile and bf16 copies are the step's).
+///
 /// Throws Error (naming the tensor) for q not of rank 4, k not of rank 3, head_dim 0, k, v or
 /// sinks whose shape or dtype does not fit q, a dtype other than f32, f64 or bf16, a negative
 /// sliding_window, a non-finite scale, or block < 1.

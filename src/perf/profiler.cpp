@@ -127,6 +127,16 @@ OpScope& OpScope::output(const Tensor& t, std::string_view memory) {
   return *this;
 }
 
+OpScope& OpScope::input(const TensorInfo& t) {
+  if (active_) rec_.inputs.push_back(t);
+  return *this;
+}
+
+OpScope& OpScope::output(const TensorInfo& t) {
+  if (active_) rec_.outputs.push_back(t);
+  return *this;
+}
+
 OpScope& OpScope::bytes(std::int64_t n) {
   rec_.bytes = n;
   return *this;

@@ -71,6 +71,9 @@ class OpScope {
   bool active() const { return active_; }
   OpScope& input(const Tensor& t, std::string_view memory = "DEVICE");
   OpScope& output(const Tensor& t, std::string_view memory = "DEVICE");
+  /// An input or output described without its tensor (a trace replay's step).
+  OpScope& input(const TensorInfo& t);
+  OpScope& output(const TensorInfo& t);
   /// Appends "key=value" to the attributes (';'-separated); formatted only when active.
   template <class V>
   OpScope& attr(std::string_view key, const V& value) {

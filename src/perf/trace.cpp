@@ -1,6 +1,8 @@
 // Trace: capture and replay of an op sequence.
 #include "src/perf/trace.hpp"
 
+#include <optional>
+
 #include "src/perf/profiler.hpp"
 
 namespace meshtest::perf {
@@ -15,16 +17,25 @@ Tensor& Trace::keep(Tensor t) { return tensors_.emplace_back(std::move(t)); }
 
 Trace* Trace::active() { return t_active; }
 
-void Trace::add_step(std::string_view op, const Tensor& in, const Tensor& out,
-                     std::function<void()> run) {
+void Trace::add_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                     std::span<const Tensor* const> outs, std::function<void()> run) {
+  MESHTEST_CHECK(type != OpType::signpost, "Trace::add_step: step {} has type signpost", op);
+  const auto buffers = [&](std::span<const Tensor* const> ts, std::string_view what) {
+    std::vector<Buffer> v;
+    for (const Tensor* t : ts) {
+      MESHTEST_CHECK(t != nullptr, "Trace::add_step: step {} has a null {}", op, what);
+      v.push_back({t->bytes(), t->nbytes(), {.shape = t->shape(), .dtype = t->dtype()}});
+    }
+    return v;
+  };
   steps_.push_back(
-      {std::string(op), in.bytes(), out.bytes(), in.nbytes(), out.nbytes(), std::move(run)});
+      {std::string(op), type, buffers(ins, "input"), buffers(outs, "output"), std::move(run)});
 }
 
-bool Trace::owns(const std::byte* p, std::size_t n) const {
-  if (n == 0) return true;
+bool Trace::owns(const Buffer& b) const {
+  if (b.bytes == 0) return true;
   for (const Tensor& t : tensors_) {
-    if (t.bytes() == p && t.nbytes() == n) return true;
+    if (t.bytes() == b.data && t.nbytes() == b.bytes) return true;
   }
   return false;
 }
@@ -44,21 +55,34 @@ void Trace::capture(const std::function<void()>& f) {
   t_active = nullptr;
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
-    const bool in_ok = owns(s.in, s.in_bytes), out_ok = owns(s.out, s.out_bytes);
-    if (!in_ok || !out_ok) {
-      const std::string op = s.op;
-      steps_.clear();
-      fail(
-          "Trace::capture: step {} ({}) {} a tensor the trace does not own; pass trace inputs "
-          "(Trace::input) or kept outputs (Trace::keep) to traced ops, and keep every output",
-          i, op, in_ok ? "writes its output into" : "reads");
-    }
+    const auto check = [&](const std::vector<Buffer>& buffers, std::string_view what) {
+      for (std::size_t j = 0; j < buffers.size(); ++j) {
+        if (owns(buffers[j])) continue;
+        const std::string op = s.op;
+        const TensorInfo info = buffers[j].info;
+        steps_.clear();
+        fail(
+            "Trace::capture: step {} ({}): its {} {} ({} {}) is a tensor the trace does not "
+            "own; pass trace inputs (Trace::input) or kept outputs (Trace::keep) to traced ops, "
+            "and keep every output",
+            i, op, what, j, info.dtype, info.shape);
+      }
+    };
+    check(s.ins, "input");
+    check(s.outs, "output");
   }
 }
 
 void Trace::replay() const {
   for (const Step& s : steps_) {
-    OpScope scope(s.op, OpType::ccl);
+    std::optional<OpScope> scope;
+    if (s.type == OpType::compute) {
+      scope.emplace(s.op, OpScope::fused);
+    } else {
+      scope.emplace(s.op, s.type);
+    }
+    for (const Buffer& b : s.ins) scope->input(b.info);
+    for (const Buffer& b : s.outs) scope->output(b.info);
     s.run();
   }
 }

@@ -5,11 +5,14 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "src/core/tensor.hpp"
+#include "src/perf/op_record.hpp"
 
 namespace meshtest::perf {
 
@@ -20,11 +23,23 @@ namespace meshtest::perf {
 ///   t.capture([&] { y = &t.keep(dist::all_gather(mesh, x, {.dim = 1}));
 ///                   t.keep(dist::all_reduce(mesh, *y)); });
 ///   ... update x in place ...;  t.replay();          // results in the kept tensors
-/// Ops that support tracing (meshtest's CCLs) add a step while a capture is active; every
-/// step's output must be kept, and every step's input must be a trace input or a kept output.
-/// Replay skips the ops' validation: it is collective like the captured ops, and every device
-/// of the group must replay the same trace. The mesh the ops ran on must outlive the trace
-/// (steps keep its communicators).
+///
+/// Ops that support tracing add a step while a capture is active: meshtest's CCLs (one input,
+/// one output, OpType::ccl) and the traceable compute ops (qkv_rope, sdpa_sinks: several
+/// inputs and outputs, OpType::compute). A step's run redoes the op's work from its input
+/// buffers into its output buffers, with the plan made at capture (tables, packing, MPI
+/// requests) and without validation or allocation; it reads the inputs' current contents, so
+/// inputs updated in place between replays are seen. Replay results equal the eager results
+/// bit for bit. Every step's output must be kept, and every step's input must be a trace input
+/// or a kept output (a buffer is owned when a trace tensor has exactly its address and size);
+/// capture throws Error otherwise.
+///
+/// Replay opens each step's profiler scope (OpScope) with the step's op code and type, so a
+/// report shows compute steps as compute ops and CCL steps as CCLs, with the input and output
+/// shapes seen at capture (compute steps as fused: scopes their run opens record nothing).
+/// Replay of CCL steps is collective like the captured ops: every device of the group must
+/// replay the same trace, and the mesh the ops ran on must outlive the trace (steps keep its
+/// communicators).
 class Trace {
  public:
   Trace() = default;
@@ -46,19 +61,36 @@ class Trace {
 
   /// The trace being captured on this thread, or nullptr.
   static Trace* active();
-  /// For ops: records a step that reads `in` (nbytes) and writes `out` (nbytes) by `run`.
+  /// For ops: records a step of type `type` that reads the buffers of `ins` and writes those
+  /// of `outs` by `run` (which must not touch other buffers). The tensors are looked at now
+  /// (address, size, shape, dtype); they need not live on. Null pointers are not allowed.
+  void add_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                std::span<const Tensor* const> outs, std::function<void()> run);
+  /// add_step for a brace list: add_step("qkv_rope", OpType::compute, {&x, &w}, {&q}, run).
+  void add_step(std::string_view op, OpType type, std::initializer_list<const Tensor*> ins,
+                std::initializer_list<const Tensor*> outs, std::function<void()> run) {
+    add_step(op, type, std::span(ins.begin(), ins.size()), std::span(outs.begin(), outs.size()),
+             std::move(run));
+  }
+  /// For CCLs: a step of type ccl that reads `in` and writes `out` by `run`.
   void add_step(std::string_view op, const Tensor& in, const Tensor& out,
-                std::function<void()> run);
+                std::function<void()> run) {
+    add_step(op, OpType::ccl, {&in}, {&out}, std::move(run));
+  }
 
  private:
+  struct Buffer {
+    const std::byte* data = nullptr;
+    std::size_t bytes = 0;
+    TensorInfo info;
+  };
   struct Step {
     std::string op;
-    const std::byte* in = nullptr;
-    const std::byte* out = nullptr;
-    std::size_t in_bytes = 0, out_bytes = 0;
+    OpType type = OpType::compute;
+    std::vector<Buffer> ins, outs;
     std::function<void()> run;
   };
-  bool owns(const std::byte* p, std::size_t n) const;
+  bool owns(const Buffer& b) const;
 
   std::deque<Tensor> tensors_;
   std::vector<Step> steps_;
