@@ -1,7 +1,7 @@
 // meshtest-run gpt-oss end to end: a tiny checkpoint written by meshtest (MXFP4 experts), run
 // under mpirun at np 1, 2 and 4 (1-D and 2x2 / 2x1 meshes), and expert parallel (--ep-axis) at
-// np 2, 3, 4 and 8, logits compared with the in-process single-device transformer on the same
-// checkpoint; corrupted checkpoints and bad options give
+// np 2, 3, 4 and 8, and with the fused ops (--fused) at np 2, logits compared with the in-process
+// single-device transformer on the same checkpoint; corrupted checkpoints and bad options give
 // exit 2 with a message naming the tensor, field or token.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -97,6 +97,25 @@ TEST_F(RunGptOss, F32LogitsMatchSingleDeviceAtNp124) {
     EXPECT_LE(diff, 1e-4) << "np " << r.np << " " << mesh;
     std::printf("LOGITS np %d mesh %-4s max abs diff vs single device %.3g\n", r.np,
                 r.mesh.empty() ? "1xN" : r.mesh.c_str(), diff);
+    fs::remove(out());
+  }
+}
+
+TEST_F(RunGptOss, FusedF32LogitsMatchTheUnfusedSingleDevice) {
+  // --fused: qkv_rope and sdpa_sinks in every block (TransformerOptions::fused), TP and EP;
+  // the reference is the unfused single-device model.
+  const Tensor expected =
+      transformer(kTokens, read_checkpoint(ckpt(), cfg_, DType::f32), cfg_).astype(DType::f32);
+  for (const std::string& extra :
+       {std::string("--mesh 1x2"), std::string("--mesh 2x1 --ep-axis 0")}) {
+    const Outcome o =
+        run_cli(2, args(fmt::format("--tokens {} --dtype f32 --fused {}", kTokensArg, extra)));
+    ASSERT_EQ(o.rc, 0) << o.output;
+    EXPECT_NE(o.output.find("fused ops"), std::string::npos) << o.output;
+    const double diff = max_abs_error(expected, read_npy(out()));
+    EXPECT_LE(diff, 1e-4) << extra;
+    std::printf("LOGITS --fused np 2 %s max abs diff vs unfused single device %.3g\n",
+                extra.c_str(), diff);
     fs::remove(out());
   }
 }

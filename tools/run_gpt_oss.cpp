@@ -61,7 +61,8 @@ struct Args {
   std::string checkpoint, out, mesh, make_tiny;
   std::vector<std::int64_t> tokens;
   std::int64_t layers = -1;
-  int ep_axis = -1;  ///< -1: tensor parallel only
+  int ep_axis = -1;    ///< -1: tensor parallel only
+  bool fused = false;  ///< the blocks' fused ops (TransformerOptions::fused)
   DType dtype = DType::bf16;
 };
 
@@ -87,6 +88,9 @@ bool parse(int argc, char** argv, int rank, Args& a) {
   add("make-tiny-checkpoint", po::value<std::string>(&a.make_tiny),
       "write a tiny random checkpoint (GptOssConfig::tiny_tp, f32, MXFP4 experts) to this "
       "directory and exit (rank 0), to try the command");
+  add("fused", po::bool_switch(&a.fused),
+      "run the blocks' fused ops (qkv_rope, sdpa_sinks) in place of their unfused sequences; "
+      "off: the reference numerics");
   add("dtype", po::value<std::string>()->default_value("bf16"),
       "bf16: bf16 weights and activations, f32 inside norms, RoPE and softmax (as the reference);"
       " f32: weights upcast, every activation f32");
@@ -124,7 +128,8 @@ Tensor run_tp(const dist::MeshDevice& mesh, const Args& a, const GptOssConfig& c
       dist::read_tp_checkpoint(a.checkpoint, c, a.dtype, dist::tp_rank(mesh, tp), a.layers);
   state.communicating = true;  // every rank checked the same input
   const double t0 = MPI_Wtime();
-  Tensor local = dist::tp_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, tp);
+  Tensor local =
+      dist::tp_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers, .fused = a.fused}, tp);
   secs = MPI_Wtime() - t0;
   return local;
 }
@@ -140,7 +145,8 @@ Tensor run_ep(const dist::MeshDevice& mesh, const Args& a, const GptOssConfig& c
       dist::ep_tp_rank(mesh, o), a.layers);
   state.communicating = true;  // every rank checked the same input
   const double t0 = MPI_Wtime();
-  Tensor local = dist::ep_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers}, o);
+  Tensor local =
+      dist::ep_transformer(mesh, a.tokens, w, c, {.num_layers = a.layers, .fused = a.fused}, o);
   secs = MPI_Wtime() - t0;
   return local;
 }
@@ -181,11 +187,11 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
       dist::gather_full(local, mesh, dist::tp_logits_placements(tp)).astype(DType::f32);
   if (env.rank() == 0) {
     write_npy(a.out, logits);
-    fmt::print("{}: wrote logits {} to {} (mesh {}{}, dtype {}, {} of {} layers, {:.3f} s)\n",
+    fmt::print("{}: wrote logits {} to {} (mesh {}{}{}, dtype {}, {} of {} layers, {:.3f} s)\n",
                kName, describe(logits), a.out, mesh.str(),
                a.ep_axis < 0 ? std::string() : fmt::format(", experts on axis {}", a.ep_axis),
-               dtype_name(a.dtype), a.layers < 0 ? c.num_hidden_layers : a.layers,
-               c.num_hidden_layers, secs);
+               a.fused ? ", fused ops" : "", dtype_name(a.dtype),
+               a.layers < 0 ? c.num_hidden_layers : a.layers, c.num_hidden_layers, secs);
   }
   return 0;
 }

@@ -49,13 +49,15 @@ Tensor ep_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
   perf::OpScope scope("ep_transformer");
   const TpOptions tp{.tp_axis = ep_tp_axis(o)};
   const auto held = static_cast<std::int64_t>(std::min(w.tp.blocks.size(), w.mlp.size()));
-  return tp_transformer_with(mesh, tokens, w.tp, held, c, options, tp,
-                             [&](const Tensor& x, std::int64_t n, std::int64_t offset) {
-                               const auto i = static_cast<std::size_t>(n);
-                               const Tensor h = tp_attention_block(
-                                   mesh, x, w.tp.blocks[i].attn, c.attention_params(n), tp, offset);
-                               return ep_mlp_block(mesh, h, w.mlp[i], c.moe_params(), o);
-                             });
+  return tp_transformer_with(
+      mesh, tokens, w.tp, held, c, options, tp,
+      [&](const Tensor& x, std::int64_t n, std::int64_t offset) {
+        const auto i = static_cast<std::size_t>(n);
+        const BlockOptions block{.fused = options.fused};
+        const Tensor h = tp_attention_block(mesh, x, w.tp.blocks[i].attn,
+                                            block_attention_params(c, n, block), tp, offset);
+        return ep_mlp_block(mesh, h, w.mlp[i], block_moe_params(c, block), o);
+      });
 }
 
 }  // namespace meshtest::dist

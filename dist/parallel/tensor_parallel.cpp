@@ -90,18 +90,14 @@ Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const Attenti
     check_token_offset("tp_attention_block", token_offset);
   });
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
-  Qkv qkv = split_qkv(linear(t, w.qkv_weight, w.qkv_bias), local.num_heads, local.num_kv_heads,
-                      local.head_dim);
   const std::int64_t offset =
       token_offset ? *token_offset : gather_token_offset(mesh, x.shape()[0], tokens_axis);
-  auto [q, k] = rope(qkv.q, qkv.k, p.rope, offset);
-  Tensor v = std::move(qkv.v);
+  auto [q, k, v] = attention_qkv(t, w, local, offset);
   if (mesh.axis_size(tokens_axis) > 1) {
     k = all_gather(mesh, k, {.dim = 0, .axis = tokens_axis});
     v = all_gather(mesh, v, {.dim = 0, .axis = tokens_axis});
   }
-  const Tensor attn =
-      sdpa(q, k, v, w.sinks, {.sliding_window = p.sliding_window, .q_offset = offset});
+  const Tensor attn = attention_sdpa(q, k, v, w.sinks, local, offset);
   // Device 0 of the TP axis adds the out bias in its GEMM, rounding once as the single-device
   // Linear with bias does (on one device the block is the single-device one, bit for bit).
   Tensor partial = mesh.axis_index(o.tp_axis) == 0 ? linear(attn, w.out_weight, w.out_bias)
@@ -127,7 +123,7 @@ Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w
 
 Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const BlockWeights& w,
                             const GptOssConfig& c, std::int64_t layer, const TpOptions& o,
-                            std::optional<std::int64_t> token_offset) {
+                            std::optional<std::int64_t> token_offset, const BlockOptions& block) {
   perf::OpScope scope("tp_transformer_block");
   token_axis(o);
   check_tp_config(c, mesh.axis_size(o.tp_axis));
@@ -135,8 +131,9 @@ Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const Block
     check_activation("tp_transformer_block", x, c.hidden_size);
     check_token_offset("tp_transformer_block", token_offset);
   });
-  const Tensor h = tp_attention_block(mesh, x, w.attn, c.attention_params(layer), o, token_offset);
-  return tp_mlp_block(mesh, h, w.mlp, c.moe_params(), o);
+  const Tensor h =
+      tp_attention_block(mesh, x, w.attn, block_attention_params(c, layer, block), o, token_offset);
+  return tp_mlp_block(mesh, h, w.mlp, block_moe_params(c, block), o);
 }
 
 Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> tokens,
@@ -145,8 +142,9 @@ Tensor tp_transformer(const MeshDevice& mesh, std::span<const std::int64_t> toke
   perf::OpScope scope("tp_transformer");
   return tp_transformer_with(mesh, tokens, w, static_cast<std::int64_t>(w.blocks.size()), c,
                              options, o, [&](const Tensor& x, std::int64_t n, std::int64_t offset) {
-                               return tp_transformer_block(
-                                   mesh, x, w.blocks[static_cast<std::size_t>(n)], c, n, o, offset);
+                               return tp_transformer_block(mesh, x,
+                                                           w.blocks[static_cast<std::size_t>(n)], c,
+                                                           n, o, offset, {.fused = options.fused});
                              });
 }
 

@@ -28,6 +28,7 @@
 #include "src/core/tensor.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/transformer.hpp"
+#include "src/models/transformer_block.hpp"
 
 namespace meshtest::dist {
 
@@ -45,7 +46,8 @@ Placements tp_activation_placements(const TpOptions& o = {});
 /// Placements of logits [T, vocab]: Shard(0) on the token axis, Shard(1) on the TP axis.
 Placements tp_logits_placements(const TpOptions& o = {});
 
-/// Attention block on this device's heads and tokens (p: the full model's params):
+/// Attention block on this device's heads and tokens (p: the full model's params; p.fused:
+/// qkv_rope and sdpa_sinks in place of linear + split_qkv + rope and sdpa):
 ///   t = rms_norm(x); q, k, v = local heads of linear(t, qkv); RoPE at global positions;
 ///   k, v all_gathered over the token axis; o = sdpa(q, k, v, local sinks, window);
 ///   out = x + all_reduce_tp(linear(o, out.weight shard) [+ out.bias on TP device 0]).
@@ -66,11 +68,13 @@ Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const Attenti
 Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w,
                     const MoeParams& p, const TpOptions& o = {});
 
-/// Layer `layer`: tp_mlp_block(tp_attention_block(x, token_offset)).
+/// Layer `layer`: tp_mlp_block(tp_attention_block(x, token_offset)), with the fused ops when
+/// block.fused (block_attention_params / block_moe_params).
 ///   x: [T_local, hidden] -> same
 Tensor tp_transformer_block(const MeshDevice& mesh, const Tensor& x, const BlockWeights& w,
                             const GptOssConfig& c, std::int64_t layer, const TpOptions& o = {},
-                            std::optional<std::int64_t> token_offset = std::nullopt);
+                            std::optional<std::int64_t> token_offset = std::nullopt,
+                            const BlockOptions& block = {});
 
 /// The model on this device's tokens and vocab rows: vocab-parallel embedding (rows outside the
 /// shard are zero, all_reduce over the TP axis), the blocks, the final norm and the unembedding

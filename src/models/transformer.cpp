@@ -19,7 +19,8 @@ Tensor transformer(std::span<const std::int64_t> tokens, const TransformerWeight
                  "transformer: num_layers is {}, expected -1 (all) or 0 .. {}", options.num_layers,
                  c.num_hidden_layers);
   Tensor x = embedding(tokens, w.embedding);
-  for (std::int64_t n = 0; n < layers; ++n) x = transformer_block(x, w.blocks[n], c, n);
+  for (std::int64_t n = 0; n < layers; ++n)
+    x = transformer_block(x, w.blocks[n], c, n, {.fused = options.fused});
   return linear(rms_norm(x, w.norm_scale, c.norm_eps), w.unembedding);
 }
 

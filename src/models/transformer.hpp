@@ -13,6 +13,7 @@ namespace meshtest {
 /// Options of transformer().
 struct TransformerOptions {
   std::int64_t num_layers = -1;  ///< run only the first n blocks; -1: all
+  bool fused = false;            ///< the blocks' fused ops (BlockOptions::fused); off by default
 };
 
 /// The model: x = embedding(tokens); x = transformer_block(x, n) for every layer n;

@@ -7,16 +7,25 @@
 
 namespace meshtest {
 
+AttentionParams block_attention_params(const GptOssConfig& c, std::int64_t layer,
+                                       const BlockOptions& options) {
+  AttentionParams p = c.attention_params(layer);
+  p.fused = options.fused;
+  return p;
+}
+
+MoeParams block_moe_params(const GptOssConfig& c, const BlockOptions&) { return c.moe_params(); }
+
 Tensor transformer_block(const Tensor& x, const BlockWeights& w, const GptOssConfig& c,
-                         std::int64_t layer) {
+                         std::int64_t layer, const BlockOptions& options) {
   perf::OpScope scope("transformer_block");
   c.validate();
   MESHTEST_CHECK(x.rank() == 2 && x.shape()[1] == c.hidden_size,
                  "transformer_block: x has shape {}, expected [T, hidden_size = {}]", x.shape(),
                  c.hidden_size);
   check_block_weights(w, c, layer, x.dtype());
-  const Tensor h = attention_block(x, w.attn, c.attention_params(layer));
-  return mlp_block(h, w.mlp, c.moe_params());
+  const Tensor h = attention_block(x, w.attn, block_attention_params(c, layer, options));
+  return mlp_block(h, w.mlp, block_moe_params(c, options));
 }
 
 }  // namespace meshtest

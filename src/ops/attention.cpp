@@ -4,7 +4,9 @@
 #include "src/ops/compute.hpp"
 #include "src/ops/elementwise.hpp"
 #include "src/ops/linear.hpp"
+#include "src/ops/qkv_rope.hpp"
 #include "src/ops/sdpa.hpp"
+#include "src/ops/sdpa_sinks.hpp"
 #include "src/perf/profiler.hpp"
 
 namespace meshtest {
@@ -58,14 +60,33 @@ Qkv split_qkv(const Tensor& qkv, std::int64_t num_heads, std::int64_t num_kv_hea
   };
 }
 
+Qkv attention_qkv(const Tensor& t, const AttentionWeights& w, const AttentionParams& p,
+                  std::int64_t offset) {
+  if (p.fused) {
+    return qkv_rope(t, w.qkv_weight, w.qkv_bias,
+                    {.num_heads = p.num_heads,
+                     .num_kv_heads = p.num_kv_heads,
+                     .rope = p.rope,
+                     .position_offset = offset});
+  }
+  Qkv qkv = split_qkv(linear(t, w.qkv_weight, w.qkv_bias), p.num_heads, p.num_kv_heads, p.head_dim);
+  auto [q, k] = rope(qkv.q, qkv.k, p.rope, offset);
+  return {std::move(q), std::move(k), std::move(qkv.v)};
+}
+
+Tensor attention_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
+                      const AttentionParams& p, std::int64_t q_offset) {
+  const SdpaOptions o{.sliding_window = p.sliding_window, .q_offset = q_offset};
+  return p.fused ? sdpa_sinks(q, k, v, sinks, o) : sdpa(q, k, v, sinks, o);
+}
+
 Tensor attention_block(const Tensor& x, const AttentionWeights& w, const AttentionParams& p) {
   perf::OpScope scope("attention_block");
   detail::check_rank("attention_block", "x ([T, hidden])", x, 2);
   check_attention(w, p, x.shape()[1], x.dtype());
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
-  Qkv qkv = split_qkv(linear(t, w.qkv_weight, w.qkv_bias), p.num_heads, p.num_kv_heads, p.head_dim);
-  auto [q, k] = rope(qkv.q, qkv.k, p.rope);
-  const Tensor attn = sdpa(q, k, qkv.v, w.sinks, {.sliding_window = p.sliding_window});
+  const Qkv qkv = attention_qkv(t, w, p);
+  const Tensor attn = attention_sdpa(qkv.q, qkv.k, qkv.v, w.sinks, p);
   return add(x, linear(attn, w.out_weight, w.out_bias));
 }
 

@@ -1,0 +1,240 @@
+// test_fused_module: the gpt-oss module with its fused ops (issue 12 item 4).
+//   Mesh/FusedModule.*            the TP attention and transformer blocks with the fused ops on
+//       equal the unfused ones (fused off: the module's own op sequence) on every mesh shape;
+//   FusedModuleReport.*           the module test: the TP transformer_block, fused on, at the
+//       fused-op unit tests' config, dtype, layer and prefill 128 (fused_gpt_oss.hpp), one
+//       iteration between signposts with the profiler on, every device's records gathered and
+//       written as DIR/gpt_oss_block/1xN/prefill_128_random_cache_on/module/
+//       ops_perf_gpt_oss_block.csv (DIR: MESHTEST_REPORT_DIR, see fused_op.hpp). CTest then
+//       compares each unit test's ops_perf_<op>.csv with it by `meshtest-report compare`
+//       (fused_module_compare_<op> in mpi_tests/CMakeLists.txt);
+//   FusedModuleCompare.*          the comparison itself: qkv_rope run on device 0's shard with
+//       the module's shapes matches the module's report; with one more token, or another head
+//       count, compare_configs fails naming the field.
+// The module has no decode path (no KV cache: a 1-token block attends to itself only), so the
+// module test runs prefill 128 only; the unit tests' decode_1 reports have no module to match.
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dist/parallel/tensor_parallel.hpp"
+#include "dist/perf/gather.hpp"
+#include "dist/testing/fixtures.hpp"
+#include "dist/testing/fused_op.hpp"
+#include "dist/testing/harness.hpp"
+#include "mpi_tests/support/fused_gpt_oss.hpp"
+#include "mpi_tests/support/tp_gpt_oss.hpp"
+#include "src/check/compare.hpp"
+#include "src/models/transformer_block.hpp"
+#include "src/ops/qkv_rope.hpp"
+#include "src/perf/compare.hpp"
+#include "src/perf/ops_csv.hpp"
+#include "src/perf/profiler.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using fused_test::kDtype;
+using fused_test::kLayer;
+
+// ---- fused on equals fused off --------------------------------------------------------------
+
+class FusedModule : public testing::MeshShapeTest {};
+
+/// Per device: the fused TP result against the unfused TP result on the same shard (f32:
+/// max abs <= 2e-5 * scale; bf16: PCC >= 0.9999 and max abs <= 0.0625 * scale, a few bf16
+/// ulps: sdpa_sinks rounds once where sdpa rounds every step).
+void expect_fused_equals_unfused(const Tensor& unfused, const Tensor& fused,
+                                 const std::string& label) {
+  const bool bf16 = fused.dtype() == DType::bf16;
+  const double scale = std::max(1.0, unfused.numel() == 0 ? 0.0 : to_f64(unfused).abs().maxCoeff());
+  const Comparison err = compare(unfused, fused, Metric::max_abs, (bf16 ? 0.0625 : 2e-5) * scale);
+  EXPECT_TRUE(err.passed) << label << ": " << err.str();
+  if (bf16 && unfused.numel() > 1) {
+    const Comparison p = compare(unfused, fused, Metric::pcc, 0.9999);
+    EXPECT_TRUE(p.passed) << label << ": " << p.str();
+  }
+}
+
+TEST_P(FusedModule, TpAttentionBlockFusedEqualsUnfused) {
+  const GptOssConfig c = tp_test::config();
+  if (!tp_test::tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads";
+  for (const std::int64_t layer : {0, 1}) {  // layer 0: sliding window; layer 1: full causal
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const BlockWeights full = init_block_weights(c, layer, dtype, RandomInit{3});
+      const AttentionWeights shard =
+          shard_attention_weights(weight_source(full, layer), c, layer, tp_rank(mesh()));
+      AttentionParams p = c.attention_params(layer);
+      const AttentionParams unfused_p = p;
+      p.fused = true;
+      const std::string label = fmt::format("fused attention L{} {}", layer, dtype_name(dtype));
+      // Against the single-device unfused block (gathered, device 0) ...
+      tp_test::expect_tp_matches(
+          mesh(), tp_test::input(c, dtype),
+          [&](const Tensor& x) { return attention_block(x, full.attn, unfused_p); },
+          [&](const Tensor& x) { return tp_attention_block(mesh(), x, shard, p); }, label);
+      // ... and against the unfused TP block on every device's own tokens.
+      const Tensor x = testing::chunk_of(tp_test::input(c, dtype), tp_activation_placements(),
+                                         {mesh().axis_size(0), mesh().axis_size(1)},
+                                         {mesh().axis_index(0), mesh().axis_index(1)});
+      expect_fused_equals_unfused(tp_attention_block(mesh(), x, shard, unfused_p),
+                                  tp_attention_block(mesh(), x, shard, p), label);
+    }
+  }
+}
+
+TEST_P(FusedModule, TpTransformerBlockFusedEqualsUnfused) {
+  const GptOssConfig c = tp_test::config();
+  if (!tp_test::tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads";
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const BlockWeights full = init_block_weights(c, 0, dtype, RandomInit{4});
+    const BlockWeights shard = shard_block_weights(weight_source(full, 0), c, 0, tp_rank(mesh()));
+    const std::string label = fmt::format("fused block {}", dtype_name(dtype));
+    tp_test::expect_tp_matches(
+        mesh(), tp_test::input(c, dtype),
+        [&](const Tensor& x) { return transformer_block(x, full, c, 0); },
+        [&](const Tensor& x) {
+          return tp_transformer_block(mesh(), x, shard, c, 0, {}, std::nullopt, {.fused = true});
+        },
+        label);
+    const Tensor x = testing::chunk_of(tp_test::input(c, dtype), tp_activation_placements(),
+                                       {mesh().axis_size(0), mesh().axis_size(1)},
+                                       {mesh().axis_index(0), mesh().axis_index(1)});
+    expect_fused_equals_unfused(
+        tp_transformer_block(mesh(), x, shard, c, 0),
+        tp_transformer_block(mesh(), x, shard, c, 0, {}, std::nullopt, {.fused = true}), label);
+  }
+}
+
+MESHTEST_INSTANTIATE_MESH_SHAPES(FusedModule);
+
+// ---- the module test ------------------------------------------------------------------------
+
+/// The unit tests' parameters the module runs at: prefill 128, random weights, program cache on.
+testing::FusedParams module_params() { return {}; }
+
+/// The fused-op unit tests' setup on the 1 x N mesh of every rank (their default mesh).
+testing::FusedSetup module_setup() {
+  return {.params = module_params(), .mesh = {1, testing::world_size()}};
+}
+
+/// Collective over `mesh` (1 x N): the TP transformer_block of layer kLayer, fused on, in
+/// kDtype on x [128, hidden]; one warm-up call, then one call between signpost("start") and
+/// ("stop") with the profiler on. Every device's records, gathered on device 0 (empty
+/// elsewhere).
+std::vector<perf::OpRecord> module_records(const MeshDevice& mesh) {
+  const testing::FusedSetup s = module_setup();
+  const GptOssConfig c = fused_test::config(s);
+  const BlockWeights full = init_block_weights(c, kLayer, kDtype, RandomInit{s.seed});
+  const BlockWeights shard =
+      shard_block_weights(weight_source(full, kLayer), c, kLayer, tp_rank(mesh));
+  const Tensor x = fused_test::activation(s, {fused_test::tokens(s), c.hidden_size}, 0);
+  const auto block = [&] {
+    return tp_transformer_block(mesh, x, shard, c, kLayer, {}, std::nullopt, {.fused = true});
+  };
+  block();  // warm-up: plans built, the measured call hits the program cache
+  std::vector<perf::OpRecord> mine;
+  {
+    const perf::Session session;
+    perf::signpost("start");
+    block();
+    perf::signpost("stop");
+    mine = perf::records();
+  }
+  return gather_records(mesh, mine);
+}
+
+/// The module report's path (fused_report_dir of op "gpt_oss_block", kind "module").
+std::filesystem::path module_report(testing::MeshShape mesh) {
+  return testing::fused_report_dir("gpt_oss_block", mesh, module_params(), "module") /
+         "ops_perf_gpt_oss_block.csv";
+}
+
+class FusedModuleReport : public ::testing::Test {
+ protected:
+  void TearDown() override { testing::test_body_done(); }
+};
+
+TEST_F(FusedModuleReport, WritesTheModuleReport) {
+  const MeshDevice mesh({1, testing::world_size()});
+  const std::vector<perf::OpRecord> all = module_records(mesh);
+  if (mesh.device_id() != 0) return;
+  const std::filesystem::path path = module_report({1, mesh.size()});
+  testing::write_fused_device_perf(all, "gpt_oss_block", path.parent_path(),
+                                   fmt::format("module prefill 128 mesh 1x{}", mesh.size()));
+  const perf::OpsReport report = perf::read_ops_csv(path);
+  for (const char* op : {"qkv_rope", "sdpa_sinks"}) {
+    EXPECT_TRUE(std::any_of(report.records.begin(), report.records.end(),
+                            [&](const perf::OpRecord& r) { return r.op_code == op; }))
+        << op << " is not in the fused module's report " << path;
+  }
+}
+
+// ---- the comparison itself ------------------------------------------------------------------
+
+/// qkv_rope alone on device 0's TP shard of a `tp`-device mesh, on `tokens` tokens, profiled
+/// between signposts: the report a unit test with those shapes writes (device 0 only).
+perf::OpsReport qkv_rope_report(std::int64_t tokens, int tp, const std::string& source) {
+  const testing::FusedSetup s = module_setup();
+  const GptOssConfig c = fused_test::config(s);
+  const BlockWeights full{.attn = init_attention_weights(c, kLayer, kDtype, RandomInit{s.seed}),
+                          .mlp = {}};
+  const AttentionWeights w =
+      shard_attention_weights(weight_source(full, kLayer), c, kLayer, {.size = tp, .index = 0});
+  const Tensor x = fused_test::activation(s, {tokens, c.hidden_size}, 0);
+  const perf::Session session;
+  perf::signpost("start");
+  qkv_rope(x, w.qkv_weight, w.qkv_bias,
+           {.num_heads = c.num_attention_heads / tp,
+            .num_kv_heads = c.num_key_value_heads / tp,
+            .rope = c.rope_params()});
+  perf::signpost("stop");
+  return perf::parse_ops_csv(perf::ops_csv(perf::records()), source);
+}
+
+bool names(const perf::CompareResult& r, const std::string& needle) {
+  return std::any_of(r.problems.begin(), r.problems.end(),
+                     [&](const std::string& p) { return p.find(needle) != std::string::npos; });
+}
+
+class FusedModuleCompare : public ::testing::Test {
+ protected:
+  void TearDown() override { testing::test_body_done(); }
+};
+
+TEST_F(FusedModuleCompare, ChangedShapeFailsTheComparison) {
+  const MeshDevice mesh({1, testing::world_size()});
+  const std::vector<perf::OpRecord> all = module_records(mesh);
+  if (mesh.device_id() != 0) return;
+  const perf::OpsReport module = perf::parse_ops_csv(perf::ops_csv(all), "module");
+  const int tp = mesh.size();
+
+  const perf::CompareResult same =
+      perf::compare_configs(qkv_rope_report(128, tp, "qkv_rope 128 tokens"), module);
+  EXPECT_TRUE(same.ok) << same.summary << "\n" << fmt::format("{}", same.problems);
+
+  // One more token: x is [129, hidden] (W, Z, Y, X = 1, 1, 129, 64), and so are the outputs.
+  const perf::CompareResult token =
+      perf::compare_configs(qkv_rope_report(129, tp, "qkv_rope 129 tokens"), module);
+  EXPECT_FALSE(token.ok) << token.summary;
+  EXPECT_TRUE(names(token, "INPUT_0_Y: unit '129', module '128'"))
+      << fmt::format("{}", token.problems);
+  EXPECT_TRUE(names(token, "OUTPUT_0_"));
+
+  // Another head count: the shard of a TP size other than the module's (the unit test on the
+  // wrong mesh): the qkv weight has other rows, heads= in the attributes differs.
+  const int other_tp = tp == 1 ? 2 : 1;
+  const perf::CompareResult heads =
+      perf::compare_configs(qkv_rope_report(128, other_tp, "qkv_rope other heads"), module);
+  EXPECT_FALSE(heads.ok) << heads.summary;
+  EXPECT_TRUE(names(heads, "INPUT_1_Y")) << fmt::format("{}", heads.problems);
+  EXPECT_TRUE(names(heads, "ATTRIBUTES")) << fmt::format("{}", heads.problems);
+  fmt::print("compare: same shapes: {}\n  one more token: {}\n  other heads: {}\n", same.summary,
+             token.summary, heads.summary);
+}
+
+}  // namespace
+}  // namespace meshtest::dist
