@@ -166,7 +166,7 @@ TEST_F(FusedModuleReport, WritesTheModuleReport) {
   testing::write_fused_device_perf(all, "gpt_oss_block", path.parent_path(),
                                    fmt::format("module prefill 128 mesh 1x{}", mesh.size()));
   const perf::OpsReport report = perf::read_ops_csv(path);
-  for (const char* op : {"qkv_rope", "sdpa_sinks"}) {
+  for (const char* op : {"qkv_rope", "sdpa_sinks", "experts"}) {
     EXPECT_TRUE(std::any_of(report.records.begin(), report.records.end(),
                             [&](const perf::OpRecord& r) { return r.op_code == op; }))
         << op << " is not in the fused module's report " << path;

@@ -1,7 +1,8 @@
 // The gpt-oss blocks with their fused ops (AttentionParams::fused, BlockOptions::fused,
 // TransformerOptions::fused) against the same blocks with the switch off (the module's unfused
 // op sequence is the reference): f64 and f32 to rounding, bf16 by PCC and max abs error; the
-// fused blocks run qkv_rope and sdpa_sinks in place of linear + split_qkv + rope and sdpa.
+// fused blocks run qkv_rope and sdpa_sinks in place of linear + split_qkv + rope and sdpa, and
+// experts in place of the router linear + route_top_k + moe_experts + moe_combine.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "src/models/transformer.hpp"
 #include "src/models/transformer_block.hpp"
 #include "src/ops/attention.hpp"
+#include "src/ops/moe.hpp"
 #include "src/perf/profiler.hpp"
 
 namespace meshtest {
@@ -100,6 +102,25 @@ TEST(FusedBlocks, FusedAttentionRunsTheFusedOpsOnly) {
   EXPECT_TRUE(has(fused, "sdpa_sinks")) << fmt::format("{}", fused);
   // rms_norm, qkv_rope, sdpa_sinks, the out linear, the residual add.
   EXPECT_EQ(fused.size(), 5u) << fmt::format("{}", fused);
+}
+
+TEST(FusedBlocks, MlpBlockFusedRunsExpertsAndEqualsUnfused) {
+  // The fused experts op runs the sequence's GEMMs with the sequence's roundings: equal to the
+  // unfused MLP block within the same bounds (bit for bit in the runs seen), recorded as one op.
+  const GptOssConfig c = GptOssConfig::tiny_tp();
+  for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor x = random_normal(Shape{kTokens, c.hidden_size}, dtype, {.seed = 9, .stream = 1});
+    const MlpWeights w = init_block_weights(c, 0, dtype, RandomInit{9}).mlp;
+    MoeParams p = c.moe_params();
+    EXPECT_FALSE(p.fused) << "the default is the unfused sequence";
+    const Tensor unfused = mlp_block(x, w, p);
+    p.fused = true;
+    expect_close(unfused, mlp_block(x, w, p), fmt::format("mlp_block {}", dtype_name(dtype)));
+    const auto ops = op_codes([&] { mlp_block(x, w, p); });
+    // rms_norm, experts, the residual add.
+    EXPECT_EQ(ops, (std::vector<std::string>{"rms_norm", "experts", "add"}))
+        << fmt::format("{}", ops);
+  }
 }
 
 TEST(FusedBlocks, TransformerBlockFusedEqualsUnfused) {

@@ -8,6 +8,7 @@
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/mesh/agree.hpp"
 #include "dist/mesh/mpi_check.hpp"
+#include "dist/parallel/experts_tp.hpp"
 #include "src/models/transformer_block.hpp"
 #include "src/ops/attention.hpp"
 #include "src/ops/elementwise.hpp"
@@ -115,6 +116,7 @@ Tensor tp_mlp_block(const MeshDevice& mesh, const Tensor& x, const MlpWeights& w
     check_mlp(w, p, x.shape()[1], x.dtype());
   });
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
+  if (p.fused) return add(x, tp_experts(mesh, t, w, p, o));  // fused experts, one all_reduce
   const Routing r = route_top_k(linear(t, w.gate_weight, w.gate_bias), p.experts_per_token);
   Tensor y = moe_experts(t, r, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight, p);
   all_reduce_inplace(mesh, y, {.axis = o.tp_axis});

@@ -14,7 +14,11 @@ AttentionParams block_attention_params(const GptOssConfig& c, std::int64_t layer
   return p;
 }
 
-MoeParams block_moe_params(const GptOssConfig& c, const BlockOptions&) { return c.moe_params(); }
+MoeParams block_moe_params(const GptOssConfig& c, const BlockOptions& options) {
+  MoeParams p = c.moe_params();
+  p.fused = options.fused;
+  return p;
+}
 
 Tensor transformer_block(const Tensor& x, const BlockWeights& w, const GptOssConfig& c,
                          std::int64_t layer, const BlockOptions& options) {

@@ -14,7 +14,8 @@ namespace meshtest {
 /// Options of a block that do not come from the model's config.
 struct BlockOptions {
   /// Opt-in: the block's fused ops in place of their unfused sequences (off: the reference
-  /// numerics). Today qkv_rope and sdpa_sinks in the attention block (AttentionParams::fused).
+  /// numerics): qkv_rope and sdpa_sinks in the attention block (AttentionParams::fused) and
+  /// experts in the MLP block (MoeParams::fused; not in the expert-parallel MLP block).
   bool fused = false;
 };
 
@@ -22,8 +23,7 @@ struct BlockOptions {
 /// EP) passes to its attention block.
 AttentionParams block_attention_params(const GptOssConfig& c, std::int64_t layer,
                                        const BlockOptions& options);
-/// c.moe_params() with the block options: what every gpt-oss block passes to its MLP block.
-/// (The fused `experts` op hooks in here: set its MoeParams switch from options.fused.)
+/// c.moe_params() with options.fused: what every gpt-oss block passes to its MLP block.
 MoeParams block_moe_params(const GptOssConfig& c, const BlockOptions& options);
 
 /// Layer `layer` of the model: mlp_block(attention_block(x)), with the sliding window on even

@@ -7,6 +7,7 @@
 
 #include "src/ops/compute.hpp"
 #include "src/ops/elementwise.hpp"
+#include "src/ops/experts.hpp"
 #include "src/ops/linear.hpp"
 #include "src/perf/profiler.hpp"
 
@@ -226,6 +227,10 @@ Tensor mlp_block(const Tensor& x, const MlpWeights& w, const MoeParams& p) {
   detail::check_rank("mlp_block", "x ([T, hidden])", x, 2);
   check_mlp(w, p, x.shape()[1], x.dtype());
   const Tensor t = rms_norm(x, w.norm_scale, p.norm_eps);
+  if (p.fused) {
+    return add(x, experts(t, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight,
+                          w.mlp2_bias, p));
+  }
   const Routing r = route_top_k(linear(t, w.gate_weight, w.gate_bias), p.experts_per_token);
   const Tensor y = moe_experts(t, r, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight, p);
   return add(x, moe_combine(y, r, w.mlp2_bias));

@@ -17,6 +17,11 @@ struct MoeParams {
   double swiglu_alpha = kSwigluAlpha;
   double swiglu_limit = kSwigluLimit;
   double norm_eps = kRmsNormEps;
+  /// Opt-in: the MLP blocks (mlp_block, tp_mlp_block) run the fused `experts` op (router,
+  /// grouped GEMMs over each expert's tokens, weighted sum: src/ops/experts.hpp) in place of
+  /// linear + route_top_k + moe_experts + moe_combine. Its results equal the sequence's (the
+  /// same GEMMs and roundings). The expert-parallel block has its own dispatch and ignores it.
+  bool fused = false;
 };
 
 /// Weights of one MLP block (checkpoint names block.{n}.mlp.*), all of one dtype except
