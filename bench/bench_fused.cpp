@@ -54,7 +54,7 @@ int bench_fused_main(int argc, char** argv) {
       "on 2 cores), sliding window and full causal: time and peak heap inside the call (target: "
       "faster, peak O(T d) instead of O(T^2));\n"
       "  qkv_rope: qkv_rope vs linear + split_qkv + rope at prefill 1024 (target >= 1.1 x).\n"
-      "The default run takes about a minute on 2 shared cores.\nOptions");
+      "The default run (f32) takes about 30 s on 2 shared cores.\nOptions");
   auto add = opts.add_options();
   add("help,h", "print this help");
   add("parts", po::value(&parts)->default_value(parts),
