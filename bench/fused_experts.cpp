@@ -4,13 +4,11 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <vector>
 
-#include "src/check/metrics.hpp"
+#include "bench/fused_common.hpp"
 #include "src/core/random.hpp"
 #include "src/ops/activations.hpp"
 #include "src/ops/compute.hpp"
@@ -78,23 +76,10 @@ Tensor dense_gather(const Inputs& in, const MoeParams& p) {
                                 [&]<class S>(type_tag<S>) { return dense_impl<S>(in, r, p); });
 }
 
-// Median and min milliseconds of `iters` calls after `warmup`; `out` keeps the last result.
+// Median and min milliseconds of o.iters calls after o.warmup; `out` keeps the last result.
 std::pair<double, double> time_ms(const ExpertsBenchOptions& o, const std::function<Tensor()>& f,
                                   Tensor& out) {
-  for (int i = 0; i < o.warmup; ++i) out = f();
-  std::vector<double> ms;
-  for (int i = 0; i < o.iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    out = f();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front()};
-}
-
-double scaled_error(const Tensor& expected, const Tensor& got) {
-  return max_abs_error(expected, got) / std::max(1.0, to_f64(expected).abs().maxCoeff());
+  return time_calls_ms<Tensor>(o.warmup, o.iters, f, out);
 }
 
 }  // namespace
