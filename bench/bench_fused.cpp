@@ -6,7 +6,9 @@
 //             8192), gpt-oss-20b's attention shapes, sliding window 128 and full causal; time
 //             and peak heap inside the call;
 //   qkv_rope  (bench/fused_attention.hpp): qkv_rope vs linear + split_qkv + rope at prefill
-//             1024, hidden 2880.
+//             1024, hidden 2880;
+//   trace     (bench/fused_trace.hpp): qkv_rope -> sdpa_sinks eager vs perf::Trace replay,
+//             total kernel duration and op-to-op latency, at decode 1 and prefill 128.
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
@@ -17,6 +19,7 @@
 #include "bench/bench_common.hpp"
 #include "bench/fused_attention.hpp"
 #include "bench/fused_experts.hpp"
+#include "bench/fused_trace.hpp"
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
@@ -24,14 +27,14 @@ namespace {
 
 namespace po = boost::program_options;
 
-/// The sections named by --parts ("all" or a comma list of experts, sdpa, qkv_rope).
+/// The sections named by --parts ("all" or a comma list of experts, sdpa, qkv_rope, trace).
 std::set<std::string> parse_parts(const std::string& parts) {
-  if (parts == "all") return {"experts", "sdpa", "qkv_rope"};
+  if (parts == "all") return {"experts", "sdpa", "qkv_rope", "trace"};
   std::set<std::string> out;
   std::stringstream in(parts);
   for (std::string p; std::getline(in, p, ',');) {
-    MESHTEST_CHECK(p == "experts" || p == "sdpa" || p == "qkv_rope",
-                   "--parts: '{}' is not experts, sdpa or qkv_rope (or all)", p);
+    MESHTEST_CHECK(p == "experts" || p == "sdpa" || p == "qkv_rope" || p == "trace",
+                   "--parts: '{}' is not experts, sdpa, qkv_rope or trace (or all)", p);
     out.insert(p);
   }
   MESHTEST_CHECK(!out.empty(), "--parts: empty");
@@ -43,6 +46,8 @@ int bench_fused_main(int argc, char** argv) {
   bench::AttentionBenchOptions a;
   std::string dtype = "f32", parts = "all";
   bool no_dense = false, long_run = false;
+  std::int64_t trace_tokens = 128;
+  int trace_iters = 20;
   po::options_description opts(
       "meshtest-bench fused: the fused ops of issue 12 against their reference sequences, "
       "single device, random weights; prints the times, the ratios and the issue-12 targets. "
@@ -53,7 +58,10 @@ int bench_fused_main(int argc, char** argv) {
       "  sdpa:     sdpa_sinks (flash-style) vs sdpa at prefill 1024 (--long: also 8192, minutes "
       "on 2 cores), sliding window and full causal: time and peak heap inside the call (target: "
       "faster, peak O(T d) instead of O(T^2));\n"
-      "  qkv_rope: qkv_rope vs linear + split_qkv + rope at prefill 1024 (target >= 1.1 x).\n"
+      "  qkv_rope: qkv_rope vs linear + split_qkv + rope at prefill 1024 (target >= 1.1 x);\n"
+      "  trace:    qkv_rope -> sdpa_sinks called eagerly vs replayed from a perf::Trace, at "
+      "decode 1 and prefill --trace-tokens: total kernel duration and op-to-op latency between "
+      "signposts (target: replay lowers the op-to-op latency).\n"
       "The default run (f32) takes about 30 s on 2 shared cores.\nOptions");
   auto add = opts.add_options();
   add("help,h", "print this help");
@@ -73,6 +81,10 @@ int bench_fused_main(int argc, char** argv) {
   add("no-dense", po::bool_switch(&no_dense), "experts: skip the dense-gather reference");
   add("attn-tokens", po::value(&a.qkv_tokens)->default_value(a.qkv_tokens),
       "sdpa and qkv_rope: prefill length T");
+  add("trace-tokens", po::value(&trace_tokens)->default_value(trace_tokens),
+      "trace: the prefill length (decode 1 runs too)");
+  add("trace-iters", po::value(&trace_iters)->default_value(trace_iters),
+      "trace: measured calls per mode");
   add("long", po::bool_switch(&long_run), "sdpa: also prefill 8192 (slow: minutes)");
   add("heads", po::value(&a.heads)->default_value(a.heads), "sdpa, qkv_rope: query heads");
   add("kv-heads", po::value(&a.kv_heads)->default_value(a.kv_heads),
@@ -99,6 +111,8 @@ int bench_fused_main(int argc, char** argv) {
     a.warmup = o.warmup;
     a.seed = o.seed;
     bench::check_attention_options(a);
+    MESHTEST_CHECK(trace_tokens >= 1 && trace_iters >= 1,
+                   "--trace-tokens and --trace-iters must be >= 1");
   });
   if (parsed != 0) return parsed == 1 ? 0 : 2;
   o.dtype = dtype == "f32" ? DType::f32 : dtype == "f64" ? DType::f64 : DType::bf16;
@@ -108,6 +122,19 @@ int bench_fused_main(int argc, char** argv) {
   if (run.contains("experts")) agree = bench::experts_section(o).outputs_agree && agree;
   if (run.contains("sdpa")) agree = bench::sdpa_section(a) && agree;
   if (run.contains("qkv_rope")) agree = bench::qkv_rope_section(a) && agree;
+  if (run.contains("trace")) {
+    // trace_vs_eager throws when a replay differs from the eager call (exit 1 by the runner).
+    for (const std::int64_t t : {std::int64_t{1}, trace_tokens}) {
+      fmt::print("\ntrace vs eager: qkv_rope -> sdpa_sinks, T = {}, {}, {} calls per mode\n", t,
+                 dtype, trace_iters);
+      const bench::TraceVsEager r = bench::trace_vs_eager(
+          {.tokens = t, .dtype = o.dtype, .warmup = o.warmup, .iterations = trace_iters});
+      fmt::print(
+          "trace target (replay lowers the total op-to-op latency) at T = {}: {} ({:.3f} x "
+          "eager's)\n",
+          t, r.latency_ratio < 1 ? "meets" : "misses", r.latency_ratio);
+    }
+  }
   fmt::print("fused: every section's outputs agree with its reference: {}\n",
              agree ? "PASS" : "FAIL");
   return agree ? 0 : 1;
