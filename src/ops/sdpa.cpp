@@ -87,26 +87,31 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sin
   scope.attr("window", options.sliding_window)
       .attr("q_offset", options.q_offset)
       .attr("k_offset", options.k_offset);
+  check_sdpa_args(op, q, k, v, sinks, options);
+  Tensor out = detail::visit_floating(
+      q.dtype(), op, [&]<class S>(type_tag<S>) { return sdpa_impl<S>(q, k, v, sinks, options); });
+  // q·k and weights·v: 2 GEMMs of Tq x Tk x d per head (masked entries included).
+  scope.output(out).flops(4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.shape()[0]));
+  return out;
+}
+
+void check_sdpa_args(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& sinks, const SdpaOptions& options) {
   detail::check_rank(op, "q ([Tq, kv_heads, q_per_kv, head_dim])", q, 4);
   detail::check_rank(op, "k ([Tk, kv_heads, head_dim])", k, 3);
   const std::int64_t kv_heads = q.shape()[1];
   const std::int64_t d = q.shape()[3];
-  MESHTEST_CHECK(d > 0, "sdpa: q has shape {}, head_dim must be > 0", q.shape());
+  MESHTEST_CHECK(d > 0, "{}: q has shape {}, head_dim must be > 0", op, q.shape());
   detail::check_shape(op, "k", k, Shape{k.shape()[0], kv_heads, d});
   detail::check_shape(op, "v", v, k.shape());
   detail::check_shape(op, "sinks", sinks, Shape{kv_heads * q.shape()[2]});
   detail::check_dtype(op, "k", k, q.dtype());
   detail::check_dtype(op, "v", v, q.dtype());
   detail::check_dtype(op, "sinks", sinks, q.dtype());
-  MESHTEST_CHECK(options.sliding_window >= 0, "sdpa: sliding_window is {}, expected >= 0",
+  MESHTEST_CHECK(options.sliding_window >= 0, "{}: sliding_window is {}, expected >= 0", op,
                  options.sliding_window);
   MESHTEST_CHECK(!options.scale || std::isfinite(*options.scale),
-                 "sdpa: scale is {}, expected a finite value", options.scale.value_or(0.0));
-  Tensor out = detail::visit_floating(
-      q.dtype(), op, [&]<class S>(type_tag<S>) { return sdpa_impl<S>(q, k, v, sinks, options); });
-  // q·k and weights·v: 2 GEMMs of Tq x Tk x d per head (masked entries included).
-  scope.output(out).flops(4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.shape()[0]));
-  return out;
+                 "{}: scale is {}, expected a finite value", op, options.scale.value_or(0.0));
 }
 
 }  // namespace meshtest

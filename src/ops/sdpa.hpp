@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "src/core/tensor.hpp"
 
@@ -28,5 +29,11 @@ struct SdpaOptions {
 /// bf16 tensor ops do. A query that sees no key and has a -inf sink gets a zero output.
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sinks,
             const SdpaOptions& options = {});
+
+/// The shape, dtype and option checks shared by sdpa and sdpa_sinks: q of rank 4 with
+/// head_dim > 0, k [Tk, kv_heads, d], v like k, sinks [heads], one dtype, sliding_window >= 0
+/// and a finite scale. Throws Error prefixed by `op`.
+void check_sdpa_args(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& sinks, const SdpaOptions& options);
 
 }  // namespace meshtest

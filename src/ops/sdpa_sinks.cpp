@@ -198,21 +198,9 @@ Tensor sdpa_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       .attr("q_offset", options.q_offset)
       .attr("k_offset", options.k_offset)
       .attr("block", block);
-  detail::check_rank(op, "q ([Tq, kv_heads, q_per_kv, head_dim])", q, 4);
-  detail::check_rank(op, "k ([Tk, kv_heads, head_dim])", k, 3);
+  check_sdpa_args(op, q, k, v, sinks, options);
   const std::int64_t kv_heads = q.shape()[1];
   const std::int64_t d = q.shape()[3];
-  MESHTEST_CHECK(d > 0, "sdpa_sinks: q has shape {}, head_dim must be > 0", q.shape());
-  detail::check_shape(op, "k", k, Shape{k.shape()[0], kv_heads, d});
-  detail::check_shape(op, "v", v, k.shape());
-  detail::check_shape(op, "sinks", sinks, Shape{kv_heads * q.shape()[2]});
-  detail::check_dtype(op, "k", k, q.dtype());
-  detail::check_dtype(op, "v", v, q.dtype());
-  detail::check_dtype(op, "sinks", sinks, q.dtype());
-  MESHTEST_CHECK(options.sliding_window >= 0, "sdpa_sinks: sliding_window is {}, expected >= 0",
-                 options.sliding_window);
-  MESHTEST_CHECK(!options.scale || std::isfinite(*options.scale),
-                 "sdpa_sinks: scale is {}, expected a finite value", options.scale.value_or(0.0));
   MESHTEST_CHECK(block >= 1, "sdpa_sinks: block is {}, expected >= 1", block);
   Tensor out(Shape{q.shape()[0], kv_heads * q.shape()[2] * d}, q.dtype(), Tensor::Uninitialized{});
   const double flops = detail::visit_floating(q.dtype(), op, [&]<class S>(type_tag<S>) {
