@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
+#include <cstdio>
 #include <set>
 #include <sstream>
 #include <string>
@@ -66,7 +67,7 @@ int bench_fused_main(int argc, char** argv) {
   auto add = opts.add_options();
   add("help,h", "print this help");
   add("parts", po::value(&parts)->default_value(parts),
-      "sections to run: all, or a comma list of experts, sdpa, qkv_rope");
+      "sections to run: all, or a comma list of experts, sdpa, qkv_rope, trace");
   add("dtype", po::value(&dtype)->default_value(dtype), "f32, f64 or bf16 (every section)");
   add("warmup", po::value(&o.warmup)->default_value(o.warmup), "warm-up calls per figure");
   add("seed", po::value(&o.seed)->default_value(o.seed), "seed of the weights and inputs");
@@ -94,6 +95,10 @@ int bench_fused_main(int argc, char** argv) {
   add("window", po::value(&a.window)->default_value(a.window),
       "sdpa: sliding window (0: full causal only; each T also runs full causal)");
   add("qkv-hidden", po::value(&a.hidden)->default_value(a.hidden), "qkv_rope: hidden size");
+  add("qkv-row-block", po::value(&a.qkv_row_block)->default_value(a.qkv_row_block),
+      "qkv_rope: tokens per GEMM panel (QkvRopeOptions::row_block)");
+  add("qkv-column-block", po::value(&a.qkv_column_block)->default_value(a.qkv_column_block),
+      "qkv_rope: weight columns per block, whole heads (QkvRopeOptions::column_block)");
   add("attn-iters", po::value(&a.iters)->default_value(a.iters),
       "sdpa, qkv_rope: measured calls per figure");
   std::set<std::string> run;
@@ -115,6 +120,9 @@ int bench_fused_main(int argc, char** argv) {
                    "--trace-tokens and --trace-iters must be >= 1");
   });
   if (parsed != 0) return parsed == 1 ? 0 : 2;
+  // Line-buffered: each figure shows as it is measured, also in a log file (a --long run takes
+  // minutes).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   o.dtype = dtype == "f32" ? DType::f32 : dtype == "f64" ? DType::f64 : DType::bf16;
   a.dtype = o.dtype;
   o.dense = !no_dense;

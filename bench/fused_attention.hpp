@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/core/dtype.hpp"
+#include "src/ops/qkv_rope.hpp"
 
 namespace meshtest::bench {
 
@@ -21,6 +22,8 @@ struct AttentionBenchOptions {
   std::int64_t head_dim = 64;  ///< even (RoPE)
   std::int64_t window = 128;   ///< the sliding window; each length also runs full causal
   std::int64_t hidden = 2880;
+  std::int64_t qkv_row_block = QkvRopeOptions{}.row_block;        ///< qkv_rope's token panel
+  std::int64_t qkv_column_block = QkvRopeOptions{}.column_block;  ///< qkv_rope's weight block
   DType dtype = DType::f32;
   int iters = 3;   ///< measured calls per figure (median and min reported)
   int warmup = 1;  ///< warm-up calls per figure; the first call (a warm-up when >= 1) is the
@@ -29,7 +32,7 @@ struct AttentionBenchOptions {
 };
 
 /// Throws Error naming the option: a size < 1, kv_heads not dividing heads, an odd head_dim,
-/// a negative window, iters < 1 or warmup < 0.
+/// a negative window, a qkv_rope block < 1, iters < 1 or warmup < 0.
 void check_attention_options(const AttentionBenchOptions& o);
 
 /// For each length T of o.sdpa_tokens and each mask (the sliding window, full causal):
@@ -45,7 +48,8 @@ bool sdpa_section(const AttentionBenchOptions& o);
 
 /// x [qkv_tokens, hidden], weight [(heads + 2 kv_heads) head_dim, hidden] and bias seeded; times
 /// qkv_rope and the reference sequence (linear, split_qkv, rope with gpt-oss-20b's YaRN
-/// parameters at head_dim), prints the times, the ratio and the issue-12 target (>= 1.1 x).
+/// parameters at head_dim) and the sequence's linear alone, prints the times, the ratios and
+/// the issue-12 target (>= 1.1 x). qkv_rope runs with qkv_row_block and qkv_column_block.
 /// Returns whether q, k and v agreed. Throws as check_attention_options.
 bool qkv_rope_section(const AttentionBenchOptions& o);
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <limits>
 #include <set>
+#include <span>
 
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/testing/fused_op.hpp"
@@ -117,6 +118,31 @@ TEST_F(FusedKit, ScaledFusedOpPassesPccButFailsAtol) {
   }
 }
 
+TEST_F(FusedKit, RtolAllowsAnErrorThatScalesWithTheMagnitude) {
+  // 2x (1 + 2^-7): an error of 2^-7 |reference|, far above atol 1e-6 on large elements.
+  const FusedFn relative = [](const FusedSetup&, const MeshDevice&, const std::vector<Tensor>& in) {
+    Tensor out = add(in[0], in[0]);
+    for (float& v : std::span(out.data<float>(), static_cast<std::size_t>(out.numel())))
+      v *= 1.0F + 0x1p-7F;
+    return fused_outputs(std::move(out));
+  };
+  FusedOpCase c = doubling_case(relative);
+  expect_check_fails(line_run(), c, "by more than atol");
+  c.rtol = 0x1p-6;  // twice the error: passes
+  const FusedSetup s = setup_for(line_run());
+  const FusedCheck ok = check_fused(line_run(), c, make_fused_inputs(c, s), s);
+  EXPECT_TRUE(ok.passed);
+  if (world_rank() == 0) {
+    EXPECT_GT(ok.atol.at(0).value, 1e-3);  // max abs still reported, no longer checked
+    EXPECT_EQ(ok.allclose.at(0).value, 0);
+  }
+  c.rtol = 0x1p-9;  // a quarter of the error: fails, naming the rule
+  const FusedCheck bad = expect_check_fails(line_run(), c, "by more than atol + rtol |reference|");
+  if (world_rank() == 0) {
+    EXPECT_GT(bad.allclose.at(0).value, 0);
+  }
+}
+
 TEST_F(FusedKit, BadExpectedPccIsAnError) {
   for (const double pcc : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
     FusedOpCase c = doubling_case();
@@ -126,7 +152,13 @@ TEST_F(FusedKit, BadExpectedPccIsAnError) {
   FusedOpCase c = doubling_case();
   c.expected_pcc = 1.0;
   EXPECT_NO_THROW(check_fused_case(c));
+  c.rtol = -0.5;
+  expect_error([&] { check_fused_case(c); }, {"rtol -0.5", "finite and >= 0"});
+  c.rtol = 0.01;
+  c.atol = std::nullopt;
+  expect_error([&] { check_fused_case(c); }, {"rtol 0.01", "set with an atol"});
   c.atol = -1;
+  c.rtol = std::nullopt;
   expect_error([&] { check_fused_case(c); }, {"atol -1"});
 }
 
@@ -271,6 +303,24 @@ TEST_F(FusedKit, TraceReplaysATraceableComputeOp) {
   const Tensor expected = sdpa_sinks(in[0], in[1], in[2], in[3]);
   FusedRunner runner(run.mesh(), fused, s, in);
   EXPECT_FALSE(runner.replay_is_eager());
+  EXPECT_TRUE(runner.run().at(0).bitwise_equal(expected));
+}
+
+TEST_F(FusedKit, ReplayOrEagerIsDecidedForTheWholeMesh) {
+  // Device 0 passes a copy of its input to the all_reduce (a buffer the trace does not own, so
+  // its capture is refused); the others could replay. Every device must fall back to eager
+  // calls, or device 0 would call all_reduce while the others replay theirs (a hang).
+  const MeshRun run = line_run();
+  const FusedSetup s = setup_for(run, {.seqlen = 5, .trace = true});
+  const FusedFn fused = [](const FusedSetup&, const MeshDevice& mesh,
+                           const std::vector<Tensor>& in) {
+    const Tensor copy = in[0];
+    return fused_outputs(all_reduce(mesh, mesh.device_id() == 0 ? copy : in[0], {.axis = 1}));
+  };
+  const Tensor x = random_normal({5, 4}, DType::f32, {.seed = 6});
+  const Tensor expected = all_reduce(run.mesh(), x, {.axis = 1});
+  FusedRunner runner(run.mesh(), fused, s, {x});
+  EXPECT_TRUE(runner.replay_is_eager());
   EXPECT_TRUE(runner.run().at(0).bitwise_equal(expected));
 }
 

@@ -1,6 +1,6 @@
-// Trace of the traceable compute ops qkv_rope and sdpa_sinks: captured once, replayed after the
-// inputs change in place; every replay must equal a fresh eager call on the new inputs bit for
-// bit (f32 and bf16), and the profiler must show the replayed steps as compute ops.
+// Trace of the traceable compute ops qkv_rope, sdpa_sinks and experts: captured once, replayed
+// after the inputs change in place; every replay must equal a fresh eager call on the new inputs
+// bit for bit (f32 and bf16), and the profiler must show the replayed steps as compute ops.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/core/random.hpp"
+#include "src/ops/experts.hpp"
 #include "src/ops/qkv_rope.hpp"
 #include "src/ops/sdpa_sinks.hpp"
 #include "src/perf/profiler.hpp"
@@ -97,6 +98,36 @@ TEST_P(TraceFusedOps, SdpaSinksReplayEqualsEager) {
       1);
 }
 
+// experts: the refilled t and router weights route the tokens to other experts, so a replay
+// that kept the captured routing would differ from the eager call.
+void expect_experts_replays(DType dt, bool bias) {
+  const std::int64_t tokens = 9, hidden = 8, two_i = 12, e = 4;
+  const MoeParams p{.experts_per_token = 2};
+  std::vector<Tensor> inputs{random_normal({tokens, hidden}, dt, {.seed = 20}),
+                             random_normal({e, hidden}, dt, {.seed = 21}),
+                             random_normal({e}, dt, {.seed = 22}),
+                             random_normal({e, two_i, hidden}, dt, {.seed = 23}),
+                             random_normal({e, two_i}, dt, {.seed = 24}),
+                             random_normal({e, hidden, two_i / 2}, dt, {.seed = 25})};
+  if (bias) inputs.push_back(random_normal({e, hidden}, dt, {.seed = 26}));
+  expect_replays_equal_eager(
+      std::move(inputs),
+      [&](const std::vector<Tensor*>& in) {
+        const Tensor no_bias;
+        const Tensor& mlp2_bias = in.size() > 6 ? *in[6] : no_bias;  // no copy of in[6]
+        std::vector<Tensor> v;
+        v.push_back(experts(*in[0], *in[1], *in[2], *in[3], *in[4], *in[5], mlp2_bias, p));
+        return v;
+      },
+      1);
+}
+
+TEST_P(TraceFusedOps, ExpertsReplayRoutesTheNewInput) { expect_experts_replays(GetParam(), true); }
+
+TEST_P(TraceFusedOps, ExpertsWithoutBiasReplayRoutesTheNewInput) {
+  expect_experts_replays(GetParam(), false);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, TraceFusedOps, ::testing::Values(DType::f32, DType::bf16),
                          [](const ::testing::TestParamInfo<DType>& i) {
                            return std::string(i.param == DType::f32 ? "f32" : "bf16");
@@ -126,6 +157,21 @@ TEST(TraceFusedOps, QkvRopeAndSdpaSinksChainReplays) {
   out->fill(std::numeric_limits<double>::quiet_NaN());
   t.replay();
   EXPECT_TRUE(out->bitwise_equal(expected));
+}
+
+TEST(TraceFusedOps, TensorStepWithAnEmptyTensorIsAnError) {
+  perf::Trace t;
+  const Tensor x(Shape{0, 4}, DType::f32);
+  const Tensor y(Shape{2}, DType::f32);
+  const std::vector<const Tensor*> ins{&x}, outs{&y};
+  try {
+    t.add_tensor_step("op", perf::OpType::compute, ins, outs,
+                      [](std::span<const Tensor* const>, std::span<Tensor* const>) {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step op has an empty input or output"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -11,6 +11,14 @@ namespace meshtest::dist {
 
 Tensor tp_experts(const MeshDevice& mesh, const Tensor& t, const MlpWeights& w, const MoeParams& p,
                   const TpOptions& o) {
+  return tp_experts(mesh, t,
+                    ExpertWeightRefs{w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias,
+                                     w.mlp2_weight, w.mlp2_bias},
+                    p, o);
+}
+
+Tensor tp_experts(const MeshDevice& mesh, const Tensor& t, const ExpertWeightRefs& w,
+                  const MoeParams& p, const TpOptions& o) {
   constexpr std::string_view op = "tp_experts";
   perf::OpScope scope(op);
   token_axis(o);
@@ -23,8 +31,10 @@ Tensor tp_experts(const MeshDevice& mesh, const Tensor& t, const MlpWeights& w, 
     check_moe_weights(op, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight,
                       w.mlp2_bias, p, t.shape()[1], t.dtype());
   });
-  Tensor partial = experts(t, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight,
-                           bias_here ? w.mlp2_bias : Tensor{}, p);
+  const Tensor no_bias;
+  const Tensor& bias = bias_here ? w.mlp2_bias : no_bias;  // a reference: no copy of the bias
+  Tensor partial =
+      experts(t, w.gate_weight, w.gate_bias, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight, bias, p);
   all_reduce_inplace(mesh, partial, {.axis = o.tp_axis});
   scope.output(partial);
   return partial;

@@ -38,4 +38,20 @@ namespace meshtest::dist {
 Tensor tp_experts(const MeshDevice& mesh, const Tensor& t, const MlpWeights& w, const MoeParams& p,
                   const TpOptions& o = {});
 
+/// The router and expert shards that tp_experts reads, by reference: an MlpWeights' tensors, or
+/// tensors held elsewhere without a copy (a perf::Trace's inputs, so that a capture records a
+/// step on buffers the trace owns).
+struct ExpertWeightRefs {
+  const Tensor& gate_weight;
+  const Tensor& gate_bias;
+  const Tensor& mlp1_weight;
+  const Tensor& mlp1_bias;
+  const Tensor& mlp2_weight;
+  const Tensor& mlp2_bias;
+};
+
+/// tp_experts on weights by reference (the same op, checks and errors).
+Tensor tp_experts(const MeshDevice& mesh, const Tensor& t, const ExpertWeightRefs& w,
+                  const MoeParams& p, const TpOptions& o = {});
+
 }  // namespace meshtest::dist

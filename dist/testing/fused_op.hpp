@@ -24,12 +24,12 @@
 // Nothing about time is asserted: perf goes to the reports only.
 //
 // Trace mode captures the fused call in a perf::Trace and replays it: when every op of the
-// call recorded a trace step (meshtest's CCLs and the traceable compute ops qkv_rope and
-// sdpa_sinks), the replay reruns the steps on the captured buffers without validation,
-// planning or allocation, and is checked against the eager call bit for bit (the outputs
-// overwritten with NaN first). A call with an op that is not traceable yet falls back to
-// "replay is the eager call", said on device 0 ("trace replay is eager (no trace step for
-// <ops>)") and on the e2e line ("replay is eager"); see capture_trace in fused_op.cpp.
+// call recorded a trace step (meshtest's CCLs and the traceable compute ops qkv_rope,
+// sdpa_sinks and experts), the replay reruns the steps on the captured buffers without
+// validation, planning or allocation (experts routes again), and is checked against the eager call
+// bit for bit (the outputs overwritten with NaN first). A call with an op that is not traceable yet
+// falls back to "replay is the eager call", said on device 0 ("trace replay is eager (no trace step
+// for <ops>)") and on the e2e line ("replay is eager"); see capture_trace in fused_op.cpp.
 //
 // The mesh: case.mesh, or the 1 x N mesh of every started rank (TP over N on axis 1). A case
 // with a fixed mesh started on fewer ranks runs device 0's chunk of it on one device, saying so
@@ -130,6 +130,11 @@ struct FusedOpCase {
   std::string name = {};                      ///< the op: "qkv_rope" ([A-Za-z0-9_]+)
   double expected_pcc = 0.99;                 ///< every output's PCC must be >= it; in (0, 1]
   std::optional<double> atol = std::nullopt;  ///< set: max |fused - reference| <= atol
+  /// set (with atol): every element |fused - reference| <= atol + rtol |reference| (numpy's
+  /// allclose) instead of the max-abs check; for outputs whose error grows with their magnitude
+  /// (a bf16 output summed from bf16-rounded TP partials lies a few ulps of its own magnitude
+  /// away from the reference's one rounding)
+  std::optional<double> rtol = std::nullopt;
   std::vector<std::string> checkpoint_tensors = {};  ///< the op's tensors in a checkpoint
   std::function<FusedInputs(const FusedSetup&)> make_inputs = {};
   FusedReferenceFn reference = {};               ///< <op>_reference
@@ -139,7 +144,8 @@ struct FusedOpCase {
 };
 
 /// Throws Error naming the field: an empty or bad name, expected_pcc outside (0, 1] (NaN
-/// included), a negative or non-finite atol, or a missing function.
+/// included), a negative or non-finite atol or rtol, an rtol without an atol, or a missing
+/// function.
 void check_fused_case(const FusedOpCase& c);
 
 /// The checkpoint dir: --meshtest_checkpoint=DIR, else env MESHTEST_CHECKPOINT; empty if unset.
@@ -174,14 +180,17 @@ class FusedRunner {
   std::unique_ptr<State> s_;
 };
 
-/// The outcome of a check: per output, the PCC and (with atol) max-abs comparisons.
+/// The outcome of a check: per output, the PCC and (with atol) max-abs comparisons, and (with
+/// rtol) the allclose comparisons.
 struct FusedCheck {
   bool passed = true;
   std::vector<Comparison> pcc;
   std::vector<Comparison> atol;
+  std::vector<Comparison> allclose;
 };
 
-/// Compares each output by PCC >= c.expected_pcc and max abs <= c.atol; on failure records
+/// Compares each output by PCC >= c.expected_pcc, and max abs <= c.atol or (with c.rtol)
+/// allclose(c.rtol, c.atol); on failure records
 /// one gtest failure per failed comparison naming the label and the output. Local. Throws
 /// Error when the counts or shapes differ.
 FusedCheck compare_fused_outputs(const FusedOpCase& c, const std::vector<Tensor>& expected,

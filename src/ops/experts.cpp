@@ -1,8 +1,11 @@
 // experts: router, slots grouped per expert, grouped mlp1 GEMM, swiglu, grouped mlp2 GEMM and the
-// weighted sum back per token, in one compute-type scratch kept by the program cache.
+// weighted sum back per token, in one compute-type scratch kept by the program cache; under a
+// perf::Trace capture the call is recorded as a step.
 #include "src/ops/experts.hpp"
 
+#include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "src/ops/activations.hpp"
@@ -11,6 +14,7 @@
 #include "src/ops/moe_permute.hpp"
 #include "src/perf/profiler.hpp"
 #include "src/perf/program_cache.hpp"
+#include "src/perf/trace.hpp"
 
 namespace meshtest {
 namespace {
@@ -90,6 +94,17 @@ Tensor experts_impl(const Tensor& t, const Routing& r, const Permutation& perm, 
   return detail::to_tensor<S>(out, Shape{tokens, hidden});
 }
 
+// The work of a call after validation: routing, permutation and the grouped experts. A trace
+// step reruns it (the routing follows the input, so the permutation is made again).
+Tensor experts_body(const Tensor& t, const Tensor& gate_weight, const Tensor& gate_bias,
+                    const Weights& w, const MoeParams& p) {
+  const Routing r = route_top_k(linear(t, gate_weight, gate_bias), p.experts_per_token);
+  const Permutation perm = make_permutation(r, gate_weight.shape()[0]);
+  return detail::visit_floating(t.dtype(), "experts", [&]<class S>(type_tag<S>) {
+    return experts_impl<S>(t, r, perm, w, p);
+  });
+}
+
 }  // namespace
 
 Tensor experts(const Tensor& t, const Tensor& gate_weight, const Tensor& gate_bias,
@@ -107,14 +122,25 @@ Tensor experts(const Tensor& t, const Tensor& gate_weight, const Tensor& gate_bi
                  t.dtype());
   check_moe_weights(op, gate_weight, gate_bias, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, p,
                     t.shape()[1], t.dtype(), /*mlp2_bias_optional=*/true);
-  const Routing r = route_top_k(linear(t, gate_weight, gate_bias), p.experts_per_token);
-  const Permutation perm = make_permutation(r, gate_weight.shape()[0]);
-  const Weights w{mlp1_weight, mlp1_bias, mlp2_weight, bias ? &mlp2_bias : nullptr};
-  Tensor out = detail::visit_floating(
-      t.dtype(), op, [&]<class S>(type_tag<S>) { return experts_impl<S>(t, r, perm, w, p); });
+  Tensor out = experts_body(t, gate_weight, gate_bias,
+                            {mlp1_weight, mlp1_bias, mlp2_weight, bias ? &mlp2_bias : nullptr}, p);
+  perf::Trace* trace = perf::Trace::active();
+  if (trace != nullptr && t.numel() > 0) {
+    std::vector<const Tensor*> ins{&t,           &gate_weight, &gate_bias,
+                                   &mlp1_weight, &mlp1_bias,   &mlp2_weight};
+    if (bias) ins.push_back(&mlp2_bias);
+    const std::vector<const Tensor*> outs{&out};
+    trace->add_tensor_step(
+        op, perf::OpType::compute, ins, outs,
+        [p](std::span<const Tensor* const> in, std::span<Tensor* const> o) {
+          const Weights w{*in[3], *in[4], *in[5], in.size() > 6 ? in[6] : nullptr};
+          const Tensor y = experts_body(*in[0], *in[1], *in[2], w, p);
+          std::memcpy(o[0]->bytes(), y.bytes(), y.nbytes());
+        });
+  }
   // Router 2·T·hidden·E; per slot mlp1 (4·hidden·I), bias, swiglu, mlp2 (2·I·hidden), bias,
   // weighted sum.
-  const double slots = static_cast<double>(r.num_tokens * r.k);
+  const double slots = static_cast<double>(t.shape()[0] * p.experts_per_token);
   const double h = static_cast<double>(t.shape()[1]);
   const double i = static_cast<double>(mlp2_weight.shape()[2]);
   const double router =

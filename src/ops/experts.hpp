@@ -28,6 +28,12 @@ namespace meshtest {
 /// compute type, held until the cache is cleared (with the cache off, a fresh one per call); the
 /// swiglu output [T*k, I] is allocated per call.
 ///
+/// Traceable: while a perf::Trace captures, the call records a compute step that reruns the
+/// routing and the experts from the buffers of its inputs into the output's. The routing
+/// depends on t's contents, so a replay routes and permutes again and allocates the
+/// permutation and the swiglu output (the scratch comes from the program cache); a replay
+/// equals the eager call on the same inputs bit for bit. T = 0 records no step.
+///
 /// No mlp2_bias (an unset Tensor): the weighted sum of the expert outputs without their bias:
 /// the partial of a tensor-parallel device (the bias joins on one device of the TP axis only).
 ///

@@ -1,6 +1,7 @@
 // Trace: capture and replay of an op sequence.
 #include "src/perf/trace.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include "src/perf/profiler.hpp"
@@ -17,8 +18,8 @@ Tensor& Trace::keep(Tensor t) { return tensors_.emplace_back(std::move(t)); }
 
 Trace* Trace::active() { return t_active; }
 
-void Trace::add_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
-                     std::span<const Tensor* const> outs, std::function<void()> run) {
+Trace::Step Trace::make_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                             std::span<const Tensor* const> outs) const {
   MESHTEST_CHECK(type != OpType::signpost, "Trace::add_step: step {} has type signpost", op);
   const auto buffers = [&](std::span<const Tensor* const> ts, std::string_view what) {
     std::vector<Buffer> v;
@@ -28,16 +29,40 @@ void Trace::add_step(std::string_view op, OpType type, std::span<const Tensor* c
     }
     return v;
   };
-  steps_.push_back(
-      {std::string(op), type, buffers(ins, "input"), buffers(outs, "output"), std::move(run)});
+  Step s;
+  s.op = std::string(op);
+  s.type = type;
+  s.ins = buffers(ins, "input");
+  s.outs = buffers(outs, "output");
+  return s;
 }
 
-bool Trace::owns(const Buffer& b) const {
-  if (b.bytes == 0) return true;
-  for (const Tensor& t : tensors_) {
-    if (t.bytes() == b.data && t.nbytes() == b.bytes) return true;
+void Trace::add_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                     std::span<const Tensor* const> outs, std::function<void()> run) {
+  Step s = make_step(op, type, ins, outs);
+  s.run = std::move(run);
+  steps_.push_back(std::move(s));
+}
+
+void Trace::add_tensor_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                            std::span<const Tensor* const> outs, TensorRun run) {
+  Step s = make_step(op, type, ins, outs);
+  const auto empty = [](const Buffer& b) { return b.bytes == 0; };
+  MESHTEST_CHECK(std::none_of(s.ins.begin(), s.ins.end(), empty) &&
+                     std::none_of(s.outs.begin(), s.outs.end(), empty),
+                 "Trace::add_tensor_step: step {} has an empty input or output (it has no owner "
+                 "to pass to its run)",
+                 op);
+  s.tensor_run = std::move(run);
+  steps_.push_back(std::move(s));
+}
+
+Tensor* Trace::owner(const Buffer& b) {
+  if (b.bytes == 0) return nullptr;
+  for (Tensor& t : tensors_) {
+    if (t.bytes() == b.data && t.nbytes() == b.bytes) return &t;
   }
-  return false;
+  return nullptr;
 }
 
 void Trace::capture(const std::function<void()>& f) {
@@ -71,6 +96,11 @@ void Trace::capture(const std::function<void()>& f) {
     check(s.ins, "input");
     check(s.outs, "output");
   }
+  for (Step& s : steps_) {
+    if (!s.tensor_run) continue;
+    for (const Buffer& b : s.ins) s.in_tensors.push_back(owner(b));
+    for (const Buffer& b : s.outs) s.out_tensors.push_back(owner(b));
+  }
 }
 
 void Trace::replay() const {
@@ -83,7 +113,11 @@ void Trace::replay() const {
     }
     for (const Buffer& b : s.ins) scope->input(b.info);
     for (const Buffer& b : s.outs) scope->output(b.info);
-    s.run();
+    if (s.tensor_run) {
+      s.tensor_run(s.in_tensors, s.out_tensors);
+    } else {
+      s.run();
+    }
   }
 }
 

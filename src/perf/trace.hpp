@@ -25,10 +25,11 @@ namespace meshtest::perf {
 ///   ... update x in place ...;  t.replay();          // results in the kept tensors
 ///
 /// Ops that support tracing add a step while a capture is active: meshtest's CCLs (one input,
-/// one output, OpType::ccl) and the traceable compute ops (qkv_rope, sdpa_sinks: several
-/// inputs and outputs, OpType::compute). A step's run redoes the op's work from its input
+/// one output, OpType::ccl) and the traceable compute ops (qkv_rope, sdpa_sinks, experts:
+/// several inputs and outputs, OpType::compute). A step's run redoes the op's work from its input
 /// buffers into its output buffers, with the plan made at capture (tables, packing, MPI
-/// requests) and without validation or allocation; it reads the inputs' current contents, so
+/// requests) and without validation or allocation (experts, whose routing follows the input,
+/// plans its permutation again); it reads the inputs' current contents, so
 /// inputs updated in place between replays are seen. Replay results equal the eager results
 /// bit for bit. Every step's output must be kept, and every step's input must be a trace input
 /// or a kept output (a buffer is owned when a trace tensor has exactly its address and size);
@@ -72,6 +73,17 @@ class Trace {
     add_step(op, type, std::span(ins.begin(), ins.size()), std::span(outs.begin(), outs.size()),
              std::move(run));
   }
+  /// The run of a step that needs the tensors themselves (their shapes, or ops that take
+  /// Tensor arguments): it gets the trace's tensors that own the step's input and output
+  /// buffers, in the order they were given to add_tensor_step.
+  using TensorRun =
+      std::function<void(std::span<const Tensor* const> ins, std::span<Tensor* const> outs)>;
+  /// add_step whose run gets the owning tensors (resolved at capture, after its ownership
+  /// check; inputs and outputs must not be empty, as a zero-byte buffer has no owner). For an
+  /// op whose work depends on its inputs' contents beyond their buffers (experts: the routing
+  /// decides which expert GEMMs run and their sizes), the run may plan and allocate again.
+  void add_tensor_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                       std::span<const Tensor* const> outs, TensorRun run);
   /// For CCLs: a step of type ccl that reads `in` and writes `out` by `run`.
   void add_step(std::string_view op, const Tensor& in, const Tensor& out,
                 std::function<void()> run) {
@@ -89,8 +101,15 @@ class Trace {
     OpType type = OpType::compute;
     std::vector<Buffer> ins, outs;
     std::function<void()> run;
+    TensorRun tensor_run;                   // set instead of run by add_tensor_step
+    std::vector<const Tensor*> in_tensors;  // tensor_run's arguments, resolved at capture
+    std::vector<Tensor*> out_tensors;
   };
-  bool owns(const Buffer& b) const;
+  Step make_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
+                 std::span<const Tensor* const> outs) const;
+  // The trace tensor that owns b, or nullptr (a zero-byte b is owned without one).
+  Tensor* owner(const Buffer& b);
+  bool owns(const Buffer& b) { return b.bytes == 0 || owner(b) != nullptr; }
 
   std::deque<Tensor> tensors_;
   std::vector<Step> steps_;
