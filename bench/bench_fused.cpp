@@ -10,6 +10,7 @@
 //   trace     (bench/fused_trace.hpp): qkv_rope -> sdpa_sinks eager vs perf::Trace replay,
 //             total kernel duration and op-to-op latency, at decode 1 and prefill 128.
 #include <fmt/format.h>
+#include <Eigen/Core>
 #include <boost/program_options.hpp>
 
 #include <cstdio>
@@ -123,6 +124,9 @@ int bench_fused_main(int argc, char** argv) {
   // Line-buffered: each figure shows as it is measured, also in a log file (a --long run takes
   // minutes).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // Every GEMM's speed, and so qkv_rope's ratio, follows the vector set Eigen was built with.
+  fmt::print("Eigen SIMD: {} ({} build)\n", Eigen::SimdInstructionSetsInUse(),
+             MESHTEST_NATIVE_BUILD ? "-march=native" : "default: no -march");
   o.dtype = dtype == "f32" ? DType::f32 : dtype == "f64" ? DType::f64 : DType::bf16;
   a.dtype = o.dtype;
   o.dense = !no_dense;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "src/core/random.hpp"
@@ -157,6 +158,75 @@ TEST(TraceFusedOps, QkvRopeAndSdpaSinksChainReplays) {
   out->fill(std::numeric_limits<double>::quiet_NaN());
   t.replay();
   EXPECT_TRUE(out->bitwise_equal(expected));
+}
+
+// The two qkv_rope inputs of the record tests, and a call on them.
+struct QkvCall {
+  perf::Trace t;
+  Tensor& x = t.input(random_normal({3, 16}, DType::f32, {.seed = 30}));
+  Tensor& w = t.input(random_normal({8 * 64, 16}, DType::f32, {.seed = 31}));
+  Tensor& b = t.input(random_normal({8 * 64}, DType::f32, {.seed = 32}));
+  void capture() {
+    t.capture([&] {
+      Qkv r = qkv_rope(x, w, b, {.num_heads = 4, .num_kv_heads = 2, .rope = {.head_dim = 64}});
+      t.keep(std::move(r.q));
+      t.keep(std::move(r.k));
+      t.keep(std::move(r.v));
+    });
+  }
+  std::vector<perf::OpRecord> replay_records() {
+    const perf::Session session;
+    t.replay();
+    return perf::records();
+  }
+};
+
+TEST(TraceFusedOps, ReplayedRecordCarriesTheCapturedAttributesAndFlops) {
+  QkvCall c;
+  std::vector<perf::OpRecord> captured;
+  {
+    const perf::Session session;
+    c.capture();
+    captured = perf::records();
+  }
+  ASSERT_EQ(captured.size(), 1u);
+  ASSERT_FALSE(captured[0].attributes.empty());  // heads=4;kv_heads=2;head_dim=64;offset=0
+  ASSERT_GT(captured[0].flops, 0);
+  const std::vector<perf::OpRecord> replayed = c.replay_records();
+  ASSERT_EQ(replayed.size(), 1u);
+  EXPECT_EQ(replayed[0].op_code, "qkv_rope");
+  EXPECT_EQ(replayed[0].attributes, captured[0].attributes);
+  EXPECT_EQ(replayed[0].flops, captured[0].flops);
+  EXPECT_EQ(replayed[0].bytes, captured[0].bytes);
+}
+
+TEST(TraceFusedOps, CaptureWithTheProfilerOffReplaysWithoutAttributes) {
+  QkvCall c;
+  c.capture();
+  const std::vector<perf::OpRecord> replayed = c.replay_records();
+  ASSERT_EQ(replayed.size(), 1u);
+  EXPECT_EQ(replayed[0].attributes, "");
+  EXPECT_EQ(replayed[0].flops, 0);
+}
+
+TEST(TraceFusedOps, AScopeThatOutlivesTheCaptureGivesItsStepNoRecord) {
+  // Inside a fused scope opened before the capture, qkv_rope opens no scope of its own: its
+  // step is added under the outer scope, which closes after the capture: one trace is gone by
+  // then (a use after free without the guard: ASan), the other replays without a record.
+  const perf::Session session;
+  auto gone = std::make_unique<QkvCall>();
+  auto kept = std::make_unique<QkvCall>();
+  {
+    perf::OpScope outer("outer", perf::OpScope::fused);
+    gone->capture();
+    kept->capture();
+    gone.reset();
+    outer.attr("closes", "after the captures");
+  }
+  const std::vector<perf::OpRecord> replayed = kept->replay_records();
+  ASSERT_EQ(replayed.size(), 1u);
+  EXPECT_EQ(replayed[0].op_code, "qkv_rope");
+  EXPECT_EQ(replayed[0].attributes, "");
 }
 
 TEST(TraceFusedOps, TensorStepWithAnEmptyTensorIsAnError) {

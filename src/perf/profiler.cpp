@@ -111,6 +111,7 @@ OpScope::~OpScope() {
   rec_.end_ns = now_ns();
   t_open = parent_;
   if (std::uncaught_exceptions() > uncaught_) return;
+  for (const auto& f : on_close_) f(rec_);
   // A recorded descendant makes every enclosing scope composite, not only the direct parent.
   if (parent_) parent_->child_recorded_ = true;
   if (child_recorded_) return;
@@ -145,6 +146,19 @@ OpScope& OpScope::bytes(std::int64_t n) {
 OpScope& OpScope::flops(double n) {
   rec_.flops = n;
   return *this;
+}
+
+OpScope& OpScope::like(const OpRecord& captured) {
+  if (active_) {
+    rec_.attributes = captured.attributes;
+    rec_.bytes = captured.bytes;
+    rec_.flops = captured.flops;
+  }
+  return *this;
+}
+
+void OpScope::when_innermost_closes(std::function<void(const OpRecord&)> f) {
+  if (t_open != nullptr) t_open->on_close_.push_back(std::move(f));
 }
 
 void OpScope::add_attr(std::string_view key, std::string value) {

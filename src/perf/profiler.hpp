@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -82,6 +83,15 @@ class OpScope {
   }
   OpScope& bytes(std::int64_t n);
   OpScope& flops(double n);
+  /// The attributes, bytes and flops of `captured` (the record of the call that a trace replay
+  /// reruns), replacing this scope's.
+  OpScope& like(const OpRecord& captured);
+
+  /// While the profiler records: `f` gets the record of the innermost open scope when that
+  /// scope closes without an exception (its attributes, bytes and flops are final then),
+  /// whether or not it is kept as a leaf. Nothing when no scope is open. perf::Trace keeps each
+  /// captured op's record this way for its replay.
+  static void when_innermost_closes(std::function<void(const OpRecord&)> f);
 
  private:
   void add_attr(std::string_view key, std::string value);
@@ -92,6 +102,7 @@ class OpScope {
   OpScope* parent_ = nullptr;
   bool child_recorded_ = false;
   OpRecord rec_;
+  std::vector<std::function<void(const OpRecord&)>> on_close_;
 };
 
 }  // namespace meshtest::perf

@@ -42,6 +42,7 @@ void Trace::add_step(std::string_view op, OpType type, std::span<const Tensor* c
   Step s = make_step(op, type, ins, outs);
   s.run = std::move(run);
   steps_.push_back(std::move(s));
+  keep_record_of(steps_.size() - 1);
 }
 
 void Trace::add_tensor_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
@@ -55,6 +56,15 @@ void Trace::add_tensor_step(std::string_view op, OpType type, std::span<const Te
                  op);
   s.tensor_run = std::move(run);
   steps_.push_back(std::move(s));
+  keep_record_of(steps_.size() - 1);
+}
+
+void Trace::keep_record_of(std::size_t i) {
+  // The op adds its step inside its own (innermost) scope, which closes before capture ends;
+  // `capturing` guards against a scope that outlives the capture.
+  OpScope::when_innermost_closes([this, i, capturing = capturing_](const OpRecord& r) {
+    if (*capturing && i < steps_.size()) steps_[i].record = r;
+  });
 }
 
 Tensor* Trace::owner(const Buffer& b) {
@@ -70,14 +80,17 @@ void Trace::capture(const std::function<void()>& f) {
   MESHTEST_CHECK(steps_.empty(), "Trace::capture: this trace already holds {} steps",
                  steps_.size());
   t_active = this;
+  capturing_ = std::make_shared<bool>(true);
   try {
     f();
   } catch (...) {
     t_active = nullptr;
+    *capturing_ = false;
     steps_.clear();
     throw;
   }
   t_active = nullptr;
+  *capturing_ = false;
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
     const auto check = [&](const std::vector<Buffer>& buffers, std::string_view what) {
@@ -113,6 +126,7 @@ void Trace::replay() const {
     }
     for (const Buffer& b : s.ins) scope->input(b.info);
     for (const Buffer& b : s.outs) scope->output(b.info);
+    if (s.record) scope->like(*s.record);
     if (s.tensor_run) {
       s.tensor_run(s.in_tensors, s.out_tensors);
     } else {

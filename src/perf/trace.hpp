@@ -6,6 +6,8 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +40,9 @@ namespace meshtest::perf {
 /// Replay opens each step's profiler scope (OpScope) with the step's op code and type, so a
 /// report shows compute steps as compute ops and CCL steps as CCLs, with the input and output
 /// shapes seen at capture (compute steps as fused: scopes their run opens record nothing).
+/// When the profiler recorded during the capture, each replayed record also carries the
+/// captured call's attributes, bytes and flops, so a replay's report compares field for field
+/// with an eager one (meshtest-report compare); otherwise those stay empty.
 /// Replay of CCL steps is collective like the captured ops: every device of the group must
 /// replay the same trace, and the mesh the ops ran on must outlive the trace (steps keep its
 /// communicators).
@@ -104,15 +109,20 @@ class Trace {
     TensorRun tensor_run;                   // set instead of run by add_tensor_step
     std::vector<const Tensor*> in_tensors;  // tensor_run's arguments, resolved at capture
     std::vector<Tensor*> out_tensors;
+    std::optional<OpRecord> record;  // the captured call's record (profiler on at capture)
   };
   Step make_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
                  std::span<const Tensor* const> outs) const;
   // The trace tensor that owns b, or nullptr (a zero-byte b is owned without one).
   Tensor* owner(const Buffer& b);
   bool owns(const Buffer& b) { return b.bytes == 0 || owner(b) != nullptr; }
+  // Keeps, in steps_[i], the record of the op scope that added it, when that scope closes
+  // during this capture.
+  void keep_record_of(std::size_t i);
 
   std::deque<Tensor> tensors_;
   std::vector<Step> steps_;
+  std::shared_ptr<bool> capturing_ = std::make_shared<bool>(false);
 };
 
 }  // namespace meshtest::perf

@@ -16,7 +16,7 @@ expect 2 "--max-len needs a positive integer, not '-1'" "$launcher" fuzz --max-l
 expect 2 "option --seconds needs a value" "$launcher" fuzz --seconds
 expect 2 "--parallel needs a positive integer, not '0'" "$launcher" fuzz --parallel 0
 expect 2 "unknown option '--jobs'" "$launcher" fuzz --jobs 2
-expect 2 "--sanitize and --debug do not apply" "$launcher" fuzz --sanitize
+expect 2 "--sanitize, --native and --debug do not apply" "$launcher" fuzz --sanitize
 expect 0 "Targets (tests/fuzz/<target>.cpp): $targets" "$launcher" fuzz --help
 expect 0 "fuzz [TARGET]" "$launcher" --help
 echo "fuzz: bad input refused with a clear message"
