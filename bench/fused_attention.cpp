@@ -13,6 +13,7 @@
 
 #include "bench/fused_common.hpp"
 #include "bench/heap_counter.hpp"
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/ops/attention.hpp"
@@ -65,9 +66,11 @@ Tensor seeded(const AttentionBenchOptions& o, Shape s, std::uint64_t stream, dou
 }
 
 // The error bound of max |ref - fused| / max(1, max |ref|): bf16 sdpa rounds each step to bf16
-// where sdpa_sinks rounds once (a few bf16 ulps), f32 and f64 only reorder sums.
-double bound(DType dtype, double bf16_ulps) {
-  return dtype == DType::bf16 ? bf16_ulps * std::ldexp(1.0, -8) : 1e-4;
+// where sdpa_sinks rounds once (a few bf16 ulps); f32 and f64 only add the same `terms` per
+// element in another order (the error model's bound per unit of scale, docs/tolerances.md).
+double bound(DType dtype, double bf16_ulps, std::int64_t terms) {
+  if (dtype == DType::bf16) return bf16_ulps * std::ldexp(1.0, -8);
+  return error_bound({.dtype = dtype, .terms = terms}, 1.0, 1.0);
 }
 
 const char* verdict(bool ok) { return ok ? "meets" : "MISSES"; }
@@ -101,7 +104,8 @@ bool sdpa_case(const AttentionBenchOptions& o, std::int64_t t, std::int64_t wind
   }
   const Timing r = measure<Tensor>(
       o, [&] { return sdpa(q, k, v, sinks, so); }, ref);
-  const double err = scaled_error(ref, fused), b = bound(o.dtype, 8);
+  // q·k over head_dim, the softmax denominator and p·v over the keys.
+  const double err = scaled_error(ref, fused), b = bound(o.dtype, 8, o.head_dim + 2 * t + 1);
   fmt::print("    {:<44} {:>10.1f} {:>10.1f} {:>9} {:>11.1f} {:>9}\n", "sdpa (reference)",
              r.median_ms, r.min_ms, "", static_cast<double>(r.peak) / kMiB, "");
   fmt::print(
@@ -203,7 +207,7 @@ bool qkv_rope_section(const AttentionBenchOptions& o) {
       o, [&] { return linear(x, w, bias); }, linear_out);
   const double err = std::max(
       {scaled_error(ref.q, fused.q), scaled_error(ref.k, fused.k), scaled_error(ref.v, fused.v)});
-  const double b = bound(o.dtype, 2), ratio = r.median_ms / f.median_ms;
+  const double b = bound(o.dtype, 2, o.hidden + 1), ratio = r.median_ms / f.median_ms;
   fmt::print("  {:<44} {:>10} {:>10} {:>9} {:>11} {:>9}\n", "", "median ms", "min ms", "/ fused",
              "peak MiB", "max err");
   fmt::print("  {:<44} {:>10.1f} {:>10.1f} {:>9.2f} {:>11.1f}\n", "linear + split_qkv + rope",

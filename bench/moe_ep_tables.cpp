@@ -20,6 +20,7 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/perf/e2e.hpp"
+#include "src/check/gpt_oss_chains.hpp"
 #include "src/check/metrics.hpp"
 #include "src/core/random.hpp"
 #include "src/ops/linear.hpp"
@@ -30,8 +31,7 @@ namespace {
 
 using dist::MeshDevice;
 
-constexpr double kBytesTarget = 1.1;       // issue 11: EP bytes <= 1.1 x the minimum
-constexpr double kOutputTolerance = 1e-4;  // max |out − EP out| / max |EP out|, f32
+constexpr double kBytesTarget = 1.1;  // issue 11: EP bytes <= 1.1 x the minimum
 
 /// The EP problem the tables share: this device's tokens and EP weights, every device's rows.
 struct EpProblem {
@@ -351,9 +351,13 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
                                [&] { all_gather_mlp_block(mesh, s.x, s.w, s.p, s.o); }));
   rows.push_back(tp_row(mesh, o, s, ep_out, o.ep_axis));
   rows.push_back(tp_row(mesh, o, s, ep_out, 1 - o.ep_axis));
+  // max |out − EP out| / max |EP out| may reach the error model's bound per unit of scale for
+  // the MLP block's chain (both layouts add its terms in their own order, f32; the TP size is at
+  // most the whole mesh's: the larger bound).
+  const double tolerance = error_bound(mlp_chain(s.c, mesh.size()).model(DType::f32), 1.0, 1.0);
   nlohmann::json out = nlohmann::json::array();
   int failed = 0;
-  for (const BlockRow& r : rows) failed += r.skipped.empty() && r.diff > kOutputTolerance ? 1 : 0;
+  for (const BlockRow& r : rows) failed += r.skipped.empty() && r.diff > tolerance ? 1 : 0;
   v.failed += failed;
   if (mesh.device_id() != 0) return;
   fmt::print(
@@ -362,7 +366,7 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
       "= mean / EP's mean; tokens and "
       "expert MB (mlp1/mlp2 weights and biases) of device 0; diff = max |out − EP out| / max |EP "
       "out| over the tokens both hold (check <= {:g})\n",
-      mesh.str(), o.iters, kOutputTolerance);
+      mesh.str(), o.iters, tolerance);
   fmt::print("{:<42} {:>10} {:>13} {:>10} {:>10} {:>6} {:>9}  {}\n", "layout", "tokens/dev",
              "expert MB/dev", "ms", "min ms", "x EP", "diff", "check");
   for (const BlockRow& r : rows) {
@@ -371,7 +375,7 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
       out.push_back({{"layout", r.layout}, {"skipped", r.skipped}});
       continue;
     }
-    const bool ok = r.diff <= kOutputTolerance;
+    const bool ok = r.diff <= tolerance;
     fmt::print("{:<42} {:>10} {:>13.3f} {:>10.3f} {:>10.3f} {:>6.2f} {:>9.2e}  {}\n", r.layout,
                r.tokens, r.weight_mb, r.time.mean * 1e3, r.time.min * 1e3,
                r.time.mean / rows[0].time.mean, r.diff, ok ? "PASS" : "FAIL");
@@ -385,7 +389,7 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
   }
   doc["blocks"] = out;
   v.lines.push_back(fmt::format("the EP block's output equals the other layouts' (<= {:g}): {}",
-                                kOutputTolerance, failed == 0 ? "PASS" : "FAIL"));
+                                tolerance, failed == 0 ? "PASS" : "FAIL"));
 }
 
 }  // namespace

@@ -2,11 +2,11 @@
 // and backward, against the single-device mlp_block / moe_backward on the whole input, on the
 // meshes of the world size (ep_test::ep_meshes: 1 x N with EP over all devices; R x C with EP on
 // axis 0 and TP on axis 1 and the reverse, 4x8 at np 32). Each device compares its own tokens'
-// rows and its experts' TP slices of the weight grads: f32 within 1e-5, f64 within 1e-12 of
-// max(1, max |expected|). The capacity's dropped slots come from a plain loop in the test
-// (ep_test::dropped_slots); the reference zeroes their routing weights. The rows the dispatch
-// sends (one per token and distinct device holding one of its experts) are counted in the test
-// from the routing and the placement.
+// rows and its experts' TP slices of the weight grads within the error model of the same
+// computation in another order (src/check/tolerance.hpp; ep_test::chain_terms). The capacity's
+// dropped slots come from a plain loop in the test (ep_test::dropped_slots); the reference zeroes
+// their routing weights. The rows the dispatch sends (one per token and distinct device holding one
+// of its experts) are counted in the test from the routing and the placement.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,11 +78,12 @@ class ExpertParallel : public ::testing::TestWithParam<EpMesh> {
     const MoeParams p = s.pb.config.moe_params();
     const Tensor want = ep_test::reference_block(s.pb, c.capacity.has_value()).slice(0, s.mine);
     const Tensor x = s.pb.x.slice(0, s.mine);
-    expect_close(ep_mlp_block(mesh(), x, s.w, p, o), want, s.label + " block");
+    const std::int64_t n = ep_test::chain_terms(s.pb, s.tp.size).block;
+    expect_close(ep_mlp_block(mesh(), x, s.w, p, o), want, n, s.label + " block");
     if (!c.capacity) return;
     const EpMoeResult moe =
         ep_moe(mesh(), s.pb.t.slice(0, s.mine), local_routing(s.pb.r, s.mine), s.w, p, o);
-    expect_close(add(x, moe.out), want, s.label + " ep_moe");
+    expect_close(add(x, moe.out), want, n, s.label + " ep_moe");
     EXPECT_EQ(moe.dropped, ep_test::count_dropped(s.pb)) << s.label;
   }
 
@@ -97,15 +98,18 @@ class ExpertParallel : public ::testing::TestWithParam<EpMesh> {
         s.placement.experts_of[static_cast<std::size_t>(s.ep.index)];
     const std::int64_t ip = s.pb.config.intermediate_size / s.tp.size;
     const Range units{2 * s.tp.index * ip, 2 * ip};
-    expect_close(got.t, want.t.slice(0, s.mine), s.label + " grad t");
-    expect_close(got.weights, want.weights.slice(0, s.mine), s.label + " grad weights");
-    expect_close(got.mlp1_weight, expert_slice(want.mlp1_weight, mine, 1, units),
+    const ep_test::ChainTerms n = ep_test::chain_terms(s.pb, s.tp.size);
+    expect_close(got.t, want.t.slice(0, s.mine), n.grad_t, s.label + " grad t");
+    expect_close(got.weights, want.weights.slice(0, s.mine), n.grad_weights,
+                 s.label + " grad weights");
+    expect_close(got.mlp1_weight, expert_slice(want.mlp1_weight, mine, 1, units), n.grad_mlp1,
                  s.label + " grad mlp1_weight");
-    expect_close(got.mlp1_bias, expert_slice(want.mlp1_bias, mine, 1, units),
+    expect_close(got.mlp1_bias, expert_slice(want.mlp1_bias, mine, 1, units), n.grad_mlp1,
                  s.label + " grad mlp1_bias");
     expect_close(got.mlp2_weight, expert_slice(want.mlp2_weight, mine, 2, {s.tp.index * ip, ip}),
-                 s.label + " grad mlp2_weight");
-    expect_close(got.mlp2_bias, expert_slice(want.mlp2_bias, mine), s.label + " grad mlp2_bias");
+                 n.grad_mlp2_weight, s.label + " grad mlp2_weight");
+    expect_close(got.mlp2_bias, expert_slice(want.mlp2_bias, mine), n.grad_mlp2_bias,
+                 s.label + " grad mlp2_bias");
   }
 
   void check_both(const EpCase& c) const {

@@ -1,9 +1,11 @@
 // FSDP DP-SGD on N devices against single-device DP-SGD on the concatenated batch: parameters
-// after 10 noisy steps, per-sample norms of each device's own samples, gathers, bad input.
+// after 10 noisy steps, per-sample norms of each device's own samples (both within the error
+// model of the steps' chain, src/check/tolerance.hpp), gathers, bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/fsdp.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/dp/real.hpp"
 #include "src/perf/profiler.hpp"
@@ -21,7 +24,10 @@ namespace meshtest::dist {
 namespace {
 
 using ccl_test::expect_error;
-using test_support::rel_err;
+using test_support::coef_scale;
+using test_support::dp_terms;
+using test_support::DpTerms;
+using test_support::expect_within;
 
 // FsdpDpSgd keeps a reference to its mesh: a temporary mesh must not compile.
 static_assert(
@@ -33,6 +39,7 @@ static_assert(
 
 constexpr const char* kSpec = "linear:7,gelu,rmsnorm,linear:5";
 constexpr std::int64_t kIn = 6, kOut = 5, kSeq = 3;
+constexpr int kSteps = 10;
 
 // The global batch of a step: x [B, T, 6], mse targets [B, T, 5] or ce classes [B, T].
 struct Batch {
@@ -75,7 +82,7 @@ double median_norm(const dp::Sequential& model, const Batch& b, const dp::DpOpti
   return n[n.size() / 2];
 }
 
-// 10 steps with noise on N devices and on one; compares parameters and per-sample norms.
+// kSteps steps with noise on N devices and on one; compares parameters and per-sample norms.
 void run_case(const MeshDevice& mesh, const Case& c) {
   const int n = mesh.size(), r = mesh.device_id();
   const std::string l = label(c, n);
@@ -87,9 +94,17 @@ void run_case(const MeshDevice& mesh, const Case& c) {
   opt.dp.clip = median_norm(model, global_batch(c.batch, 0, c.dtype, c.loss), opt.dp);
   FsdpDpSgd fsdp(mesh, model, opt);
   dp::DpSgd single(model, opt);
-  const double tol = c.dtype == DType::f64 ? 1e-10 : 1e-5;
+  // The same steps in another order (dp_terms; each device's samples, then the reduce_scatter
+  // over n devices, the noise and the optimizer's update: 4); each step's error enters the next
+  // through the parameters: n adds up over the steps.
+  const DpTerms terms = dp_terms(model, global_batch(c.batch, 0, c.dtype, c.loss).x);
+  const std::int64_t per_step = terms.clipped + n + 4;
+  const auto after = [&](int steps) {
+    return ErrorModel{
+        .dtype = c.dtype, .terms = steps * per_step, .reference = Reference::other_order};
+  };
   int clipped = 0, unclipped = 0;
-  for (int step = 0; step < 10; ++step) {
+  for (int step = 0; step < kSteps; ++step) {
     const Batch all = global_batch(c.batch, step, c.dtype, c.loss);
     const Range mine = split_range(c.batch, n, r);
     const dp::StepReport got = fsdp.step(all.x.slice(0, mine), all.y.slice(0, mine));
@@ -97,8 +112,11 @@ void run_case(const MeshDevice& mesh, const Case& c) {
     if (c.mode == "non_private") continue;
     // Per-sample norms: this device's samples, complete here (never reduced across devices).
     ASSERT_EQ(got.norms.shape(), Shape{mine.size}) << l;
-    EXPECT_LE(rel_err(got.norms, want.norms.slice(0, mine)), tol) << l << " step " << step;
-    EXPECT_LE(rel_err(got.coef, want.coef.slice(0, mine)), tol) << l << " step " << step;
+    const std::string at = fmt::format("{} step {}", l, step);
+    const Tensor want_norms = want.norms.slice(0, mine), want_coef = want.coef.slice(0, mine);
+    expect_within(want_norms, got.norms, after(step + 1), at + " norms");
+    expect_within(want_coef, got.coef, after(step + 1), at + " coef",
+                  coef_scale(want_norms, want_coef));
     for (std::int64_t i = 0; i < want.coef.numel(); ++i)
       (want.coef.item(i) < 1 ? clipped : unclipped)++;
   }
@@ -110,8 +128,7 @@ void run_case(const MeshDevice& mesh, const Case& c) {
   const auto want = single.model().parameters();
   ASSERT_EQ(params.size(), want.size());
   for (std::size_t p = 0; p < params.size(); ++p) {
-    EXPECT_EQ(params[p].shape(), want[p]->shape) << l;
-    EXPECT_LE(rel_err(params[p], want[p]->value), tol) << l << " " << want[p]->name;
+    expect_within(want[p]->value, params[p], after(kSteps), l + " " + want[p]->name);
   }
   // Shards follow array_split of the flattened parameter and the values are freed.
   for (std::size_t p = 0; p < params.size(); ++p) {
@@ -168,8 +185,12 @@ TEST(FsdpDpSgd, NormAllReduceBugWouldBeCaught) {
   sq.vector<double>() = sq.vector<double>().array().square().matrix();
   all_reduce_inplace(mesh, sq);
   sq.vector<double>() = sq.vector<double>().cwiseSqrt();
-  EXPECT_GT(rel_err(sq, want.norms.slice(0, mine)), 1e-3) << "the buggy norms went unnoticed";
-  EXPECT_LE(rel_err(got.norms, want.norms.slice(0, mine)), 1e-10);
+  const ErrorModel m{.dtype = DType::f64,
+                     .terms = dp_terms(model, all.x).norm,
+                     .reference = Reference::other_order};
+  const Tensor expected = want.norms.slice(0, mine);
+  EXPECT_FALSE(compare(expected, sq, m).passed) << "the buggy norms went unnoticed";
+  expect_within(expected, got.norms, m, "norms");
 }
 
 TEST(FsdpDpSgd, GathersBeforeForwardAndBackward) {

@@ -12,6 +12,7 @@
 #include "dist/parallel/experts_tp.hpp"
 #include "dist/testing/fused_op.hpp"
 #include "mpi_tests/support/fused_gpt_oss.hpp"
+#include "src/check/gpt_oss_chains.hpp"
 #include "src/ops/experts.hpp"
 
 namespace meshtest::dist::fused_test {
@@ -93,18 +94,18 @@ std::vector<std::string> checkpoint_tensors() {
   return names;
 }
 
+/// The TP form adds every sum in other blocks than the single-device sequence and sums the
+/// devices' partials with an all_reduce (experts_chain, rounding each partial in bf16).
+ErrorModel experts_model(const FusedSetup& s) {
+  return experts_chain(config(s), static_cast<int>(tp_size(s))).model(kDtype);
+}
+
 }  // namespace
 
 MESHTEST_FUSED_OP_TESTS(experts, testing::FusedOpCase{
                                      .name = "experts",
                                      .expected_pcc = 0.999,
-                                     // bf16: every TP device rounds its partial sum to
-                                     // bf16 before the all_reduce, the reference rounds its
-                                     // [T, k, hidden] expert outputs, so a value lies a few
-                                     // ulps of its own size away (np 4, prefill 8192: 5.9375
-                                     // against 6, 2 ulps): atol + 4 unit roundoffs (2^-6).
-                                     .atol = 0.05,
-                                     .rtol = 0x1p-6,
+                                     .model = experts_model,
                                      .checkpoint_tensors = checkpoint_tensors(),
                                      .make_inputs = experts_inputs,
                                      .reference = experts_reference_seq,

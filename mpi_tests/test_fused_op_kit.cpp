@@ -1,6 +1,8 @@
 // test_fused_op_kit: the fused-op test kit (dist/testing/fused_op.hpp) and the single-device
 // chunked run (chunked.hpp) on toy ops whose results are known: a wrong fused op fails the PCC
-// (and a scaled one the atol) check, bad expected_pcc / seqlen / reports are clear Errors, the
+// (and a scaled one the atol and the error model) check, the model passes an error within its
+// bound and fails one above it, with n taken from the parameters, bad expected_pcc / seqlen /
+// models / reports are clear Errors, the
 // single-device variant skips an op with a CCL and matches device 0's shapes otherwise, chunk_of
 // equals distribute, a test written for a 2x4 mesh falls back to device 0's chunk, and trace
 // mode replays a traceable op (all_reduce, sdpa_sinks) but runs an untraceable one eagerly.
@@ -16,6 +18,7 @@
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/testing/fused_op.hpp"
 #include "dist/testing/harness.hpp"
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/ops/elementwise.hpp"
@@ -141,6 +144,109 @@ TEST_F(FusedKit, RtolAllowsAnErrorThatScalesWithTheMagnitude) {
   if (world_rank() == 0) {
     EXPECT_GT(bad.allclose.at(0).value, 0);
   }
+}
+
+/// f32 with n = the setup's seqlen (a model whose bound grows with the prefill length), against
+/// a reference in another order.
+ErrorModel seqlen_model(const FusedSetup& s) {
+  return {.dtype = DType::f32, .terms = s.params.seqlen, .reference = Reference::other_order};
+}
+
+/// doubling_case checked under seqlen_model instead of atol.
+FusedOpCase doubling_model_case(FusedFn fused = {}) {
+  FusedOpCase c = doubling_case(std::move(fused));
+  c.atol = std::nullopt;
+  c.model = seqlen_model;
+  return c;
+}
+
+TEST_F(FusedKit, ModelPassesAnErrorWithinItsBoundAndFailsOneAbove) {
+  // Local: compare_fused_outputs on a reference and a copy with one element moved by a
+  // fraction of its bound (the scale is max |reference|, that element's magnitude).
+  const FusedOpCase c = doubling_model_case();
+  const Tensor want = random_normal({6, 8}, DType::f32, {.seed = 5});
+  std::int64_t at = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    if (std::abs(want.item(i)) > std::abs(want.item(at))) at = i;
+  }
+  const double e = want.item(at);
+  const FusedSetup short_run{.params = kPrefill};  // n = 6
+  FusedSetup long_run = short_run;
+  long_run.params.seqlen = 16 * kPrefill.seqlen;  // n = 96: sqrt(16) = 4x the sum's part
+  const double bound = error_bound(seqlen_model(short_run), std::abs(e), e);
+  const auto moved = [&](double by) {
+    Tensor got = want;
+    got.data<float>()[at] = static_cast<float>(e + (e < 0 ? -by : by));
+    return std::vector{got};
+  };
+  const FusedCheck within = compare_fused_outputs(c, short_run, {want}, moved(0.5 * bound), "0.5");
+  EXPECT_TRUE(within.passed);
+  ASSERT_EQ(within.model.size(), 1u);
+  EXPECT_NEAR(within.model[0].value, 0.5, 0.05);  // |error| / bound, f32 rounding of got aside
+  FusedCheck above;
+  EXPECT_NONFATAL_FAILURE(
+      above = compare_fused_outputs(c, short_run, {want}, moved(2 * bound), "2"),
+      "by more than the error model allows");
+  EXPECT_FALSE(above.passed);
+  EXPECT_NEAR(above.model.at(0).value, 2.0, 0.05);
+  EXPECT_EQ(above.model[0].worst_index, at);
+  // The same error at prefill 96: n is the parameters', and its bound is wider.
+  const FusedCheck longer = compare_fused_outputs(c, long_run, {want}, moved(2 * bound), "96");
+  EXPECT_TRUE(longer.passed) << longer.model.at(0).str();
+  EXPECT_LT(longer.model[0].value, 1.0);
+}
+
+TEST_F(FusedKit, ScaledFusedOpFailsTheModel) {
+  // The model in check_fused: the right op passes in every mode, x instead of 2x fails it
+  // (PCC cannot see the scale).
+  const MeshRun run = line_run();
+  for (const bool trace : {false, true}) {
+    const FusedSetup s = setup_for(run, {.seqlen = 7, .trace = trace});
+    const FusedOpCase c = doubling_model_case();
+    const FusedCheck r = check_fused(run, c, make_fused_inputs(c, s), s);
+    EXPECT_TRUE(r.passed) << fused_param_name(s.params);
+    if (world_rank() == 0) {
+      EXPECT_EQ(r.model.size(), 1u);  // device 0 compares
+    }
+  }
+  const FusedOpCase scaled = doubling_model_case(
+      [](const FusedSetup&, const MeshDevice&, const std::vector<Tensor>& in) { return in; });
+  const FusedCheck r = expect_check_fails(line_run(), scaled, "by more than the error model");
+  if (world_rank() == 0) {
+    EXPECT_GT(r.pcc.at(0).value, 0.99999);
+    EXPECT_GT(r.model.at(0).value, 1e3);
+  }
+}
+
+TEST_F(FusedKit, BadModelIsAnError) {
+  const FusedSetup s{.params = kPrefill};
+  const std::string at = "doubling: model(prefill_6_random_cache_on)";
+  const auto with = [](ErrorModel m) {
+    FusedOpCase c = doubling_model_case();
+    c.model = [m](const FusedSetup&) { return m; };
+    return c;
+  };
+  expect_error([&] { check_fused_case(with({.terms = -1}), s); }, {at, ".terms is -1"});
+  expect_error([&] { make_fused_inputs(with({.terms = -1}), s); }, {at, ".terms is -1"});
+  expect_error([&] { check_fused_case(with({.roundings = -1}), s); }, {at, ".roundings is -1"});
+  for (const double lambda : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN()}) {
+    expect_error([&] { check_fused_case(with({.lambda = lambda}), s); }, {at, ".lambda is"});
+  }
+  expect_error([&] { check_fused_case(with({.dtype = DType::i32}), s); }, {at, ".dtype is i32"});
+  EXPECT_NO_THROW(check_fused_case(with({.terms = 1}), s));
+  // A model with atol: which one bounds the output?
+  FusedOpCase both = doubling_model_case();
+  both.atol = 1e-6;
+  expect_error([&] { check_fused_case(both); }, {"doubling", "model and atol/rtol are both set"});
+  // A bf16 model on an f32 output would be 2^16 times too loose.
+  const Tensor x = random_normal({2, 3}, DType::f32, {.seed = 1});
+  expect_error([&] { compare_fused_outputs(with({.dtype = DType::bf16}), s, {x}, {x}, "x"); },
+               {"doubling", "model(x).dtype is bf16 but output 0 is f32"});
+  // The bound depends on the setup: the overload without one refuses a model.
+  expect_error([&] { compare_fused_outputs(doubling_model_case(), {x}, {x}, "x"); },
+               {"doubling", "compare_fused_outputs(c, setup"});
+  FusedOpCase none = doubling_case();
+  expect_error([&] { fused_model(none, s); }, {"doubling", "has no model"});
 }
 
 TEST_F(FusedKit, BadExpectedPccIsAnError) {

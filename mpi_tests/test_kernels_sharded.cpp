@@ -1,7 +1,8 @@
 // Every version of every kernel family sharded over the mesh, column-parallel (N blocks split,
 // outputs gathered) and row-parallel (K blocks split, partial products summed), against the
-// same version's single-device run, on every small configuration; and the shards themselves:
-// whole blocks, their scales with them, every block on exactly one device.
+// same version's single-device run within the error model of the same sums in another order
+// (src/check/tolerance.hpp), on every small configuration; and the shards themselves: whole
+// blocks, their scales with them, every block on exactly one device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,49 +11,65 @@
 #include "dist/kernels/fp8_matmul_parallel.hpp"
 #include "dist/kernels/mxfp4_matmul_parallel.hpp"
 #include "dist/testing/fixtures.hpp"
+#include "src/check/tolerance.hpp"
 #include "src/kernels/fp8_matmul.hpp"
+#include "src/ops/linear.hpp"
+#include "src/ops/mxfp4.hpp"
 
 namespace meshtest::dist::testing {
 namespace {
 
-using kernels::Check;
 using kernels::Config;
 using kernels::Family;
 using kernels::Version;
 
+/// n of the error model of one output of a block-quantized matmul: the k products, and per K
+/// block the rounding of its partial times its scales and of its accumulation (v2, v3).
+std::int64_t matmul_terms(const Config& c) { return c.k + 2 * ((c.k + c.block - 1) / c.block); }
+
+/// Expects the sharded run `got` within the f32 error model of the single-device run of the same
+/// version: `terms` per element, each element's magnitude `scale` (Σ |x_k w_k| of the dequantized
+/// operands).
+void expect_within(const Tensor& single, const Tensor& got, std::int64_t terms, const Tensor& scale,
+                   const std::string& what) {
+  const ErrorModel m{.dtype = DType::f32, .terms = terms, .reference = Reference::other_order};
+  const Comparison c = compare(single, got, m, scale);
+  EXPECT_TRUE(c.passed) << what << ": " << c;
+}
+
 TEST_F(MeshTest, EveryFp8MatmulVersionColumnAndRowParallelMatchesItsSingleDeviceRun) {
   const Family& f = kernels::family("fp8_matmul");
+  const int p = mesh().axis_size(kAllAxes);
   for (const Config& c : f.quick_configs) {
     const kernels::Inputs in = f.make_inputs(c);
+    const kernels::Fp8MatmulOperands o = kernels::fp8_matmul_operands(in);
+    const Tensor scale = linear(magnitude(dequantize(o.x)), magnitude(dequantize(o.w)));
     for (const Version& v : f.versions) {
       const Tensor single = v.run(in);
-      const Tensor col = fp8_matmul_column_parallel(mesh(), kAllAxes, v, in);
       // Each output column is computed on one device from the same operands: only the GEMM's
       // blocking (which depends on the shape) may order the sums differently.
-      const Check cc = kernels::measure(single, col, 1e-6);
-      EXPECT_TRUE(cc.pass) << v.name << " column-parallel on " << c.name << ": max rel "
-                           << cc.max_rel;
-      // Partial products summed by all_reduce: the K blocks' sums in another order.
-      const Tensor row = fp8_matmul_row_parallel(mesh(), kAllAxes, v, in);
-      const Check rc = kernels::measure(single, row, 1e-6);
-      EXPECT_TRUE(rc.pass) << v.name << " row-parallel on " << c.name << ": max rel " << rc.max_rel;
+      expect_within(single, fp8_matmul_column_parallel(mesh(), kAllAxes, v, in), matmul_terms(c),
+                    scale, v.name + " column-parallel on " + c.name);
+      // Partial products summed by all_reduce over p: the K blocks' sums in another order.
+      expect_within(single, fp8_matmul_row_parallel(mesh(), kAllAxes, v, in), matmul_terms(c) + p,
+                    scale, v.name + " row-parallel on " + c.name);
     }
   }
 }
 
 TEST_F(MeshTest, EveryMxfp4MatmulVersionColumnAndRowParallelMatchesItsSingleDeviceRun) {
   const Family& f = kernels::family("mxfp4_matmul");
+  const int p = mesh().axis_size(kAllAxes);
   for (const Config& c : f.quick_configs) {
     const kernels::Inputs in = f.make_inputs(c);
+    const Tensor scale = linear(magnitude(in.tensors[0]),
+                                magnitude(mxfp4_decode(in.tensors[1], in.tensors[2], DType::f64)));
     for (const Version& v : f.versions) {
       const Tensor single = v.run(in);
-      const Check cc =
-          kernels::measure(single, mxfp4_matmul_column_parallel(mesh(), kAllAxes, v, in), 1e-6);
-      EXPECT_TRUE(cc.pass) << v.name << " column-parallel on " << c.name << ": max rel "
-                           << cc.max_rel;
-      const Check rc =
-          kernels::measure(single, mxfp4_matmul_row_parallel(mesh(), kAllAxes, v, in), 1e-6);
-      EXPECT_TRUE(rc.pass) << v.name << " row-parallel on " << c.name << ": max rel " << rc.max_rel;
+      expect_within(single, mxfp4_matmul_column_parallel(mesh(), kAllAxes, v, in), matmul_terms(c),
+                    scale, v.name + " column-parallel on " + c.name);
+      expect_within(single, mxfp4_matmul_row_parallel(mesh(), kAllAxes, v, in), matmul_terms(c) + p,
+                    scale, v.name + " row-parallel on " + c.name);
     }
   }
 }

@@ -99,6 +99,8 @@ TEST(PerfAggregate, SlowDeviceForComputeMeanForCcl) {
       a.ops[0].kernel_duration_us, last, slow.at(last)[0] / 1e3, a.ops[1].kernel_duration_us,
       want_ccl / 1e3);
   EXPECT_GE(a.ops[0].kernel_duration_us, kSlowNs / 1e3);
+  // The same integer ns, divided in another order (by the devices, the iterations, 1e3): a few
+  // ulps of durations far below 1e6 us (~1e-10 us).
   EXPECT_NEAR(a.ops[0].kernel_duration_us, want_slow / 1e3, 1e-6);
   EXPECT_NEAR(a.ops[1].kernel_duration_us, want_ccl / 1e3, 1e-6);
   EXPECT_NEAR(a.total_kernel_duration_us, (want_slow + want_ccl) / 1e3, 1e-6);
@@ -113,6 +115,7 @@ TEST(PerfAggregate, SlowDeviceForComputeMeanForCcl) {
   const perf::ReportFiles f =
       perf::write_report(all, {.name = "slow", .root = root, .plot = false});
   const perf::Aggregate back = perf::aggregate(perf::read_ops_csv(f.csv).records);
+  // The records come back as the same integer ns, aggregated by the same code.
   EXPECT_NEAR(back.ops[0].kernel_duration_us, a.ops[0].kernel_duration_us, 1e-9);
   EXPECT_NEAR(back.total_op_to_op_latency_us, a.total_op_to_op_latency_us, 1e-9);
   std::ifstream trace(f.trace);

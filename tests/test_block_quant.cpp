@@ -58,6 +58,8 @@ void expect_within_half_step(const Tensor& x, const BlockQuantized& q) {
     const double v = x.data<float>()[i], d = dq.data<float>()[i];
     const double scale =
         q.scales.data<float>()[(i / cols / q.block_rows) * nbc + i % cols / q.block_cols];
+    // (1 + 1e-6): the f32 roundings of x / scale and code * scale (2^-23 |v| together), on any
+    // processor a single correctly rounded operation each.
     const double bound =
         std::ldexp(std::fabs(v), -(mantissa + 1)) * (1 + 1e-6) + half_subnormal * scale;
     ASSERT_LE(std::fabs(d - v), bound) << "element " << i << ": " << v << " -> " << d;

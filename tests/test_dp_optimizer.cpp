@@ -75,6 +75,13 @@ void run_and_check(const OptimizerOptions& o, double tol) {
   }
 }
 
+// Tolerances: the textbook and the optimizer do a few f64 or f32 operations per element and
+// step, no sums of many terms, so they differ by a few roundings (an FMA, pow against a running
+// product) on any processor. Parameters stay within |w| <= 2; each tolerance is at least 4 ulps
+// of 2 in the result's dtype: f64 1e-12 (~2000 ulps, Adam's division by sqrt(v) + eps), 1e-14
+// (~20 ulps, SGD's 3 updates); f32 1e-5 (~40 ulps, Adam, the gradients rounded to f32: 1e-3 is
+// not a float), 1e-6 (~4 ulps, SGD: 3 updates, each rounding w by at most half an ulp, 3.6e-7
+// in all at |w| = 2).
 TEST(DpOptimizer, AdamMatchesTextbookF64) {
   run_and_check<double>({.kind = OptimizerKind::adam, .lr = 0.01}, 1e-12);
   run_and_check<double>(
@@ -93,6 +100,7 @@ TEST(DpOptimizer, SgdMatchesTextbook) {
 // Closed form of Adam's first step: m1 = (1 - b1) g and v1 = (1 - b2) g^2, so after bias
 // correction the step is lr * g / (|g| + eps), whatever b1 and b2 are.
 TEST(DpOptimizer, AdamFirstStepIsSignedLr) {
+  // A handful of f64 roundings of values below 1: 1e-15 is ~10 ulps of 0.4.
   Optimizer opt({.kind = OptimizerKind::adam, .lr = 0.5, .beta1 = 0.3, .beta2 = 0.6, .eps = 0.5});
   Tensor w = make<double>({0.0, 0.0, 0.0}, {3});
   opt.next_step();

@@ -4,8 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/ops/grouped_gemm.hpp"
 #include "tests/support/expect_error.hpp"
@@ -40,24 +44,17 @@ std::vector<double> reference(const Tensor& x, const Offsets& offsets, const Ten
   return y;
 }
 
-// max |a - b| / (1 + |b|) over the elements.
-double max_rel(const Tensor& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.numel(), static_cast<std::int64_t>(b.size()));
-  double m = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    m = std::max(m, std::abs(a.item(i) - b[i]) / (1 + std::abs(b[i])));
-  }
-  return m;
+// reference() as an f64 tensor [rows, out].
+Tensor reference_tensor(const Tensor& x, const Offsets& offsets, const Tensor& w,
+                        const Tensor* bias) {
+  return Tensor::from_vector(Shape{x.shape()[0], w.shape()[1]}, reference(x, offsets, w, bias));
 }
 
-// max |a - b| / (1 + max |b|): bf16 rounds each product and sum to 2^-8 of its magnitude.
-double max_scaled(const Tensor& a, const std::vector<double>& b) {
-  double m = 0, scale = 1;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    m = std::max(m, std::abs(a.item(i) - b[i]));
-    scale = std::max(scale, 1 + std::abs(b[i]));
-  }
-  return m / scale;
+// `got` against `want` under the model, with each element's sum of |terms| `scale`.
+void expect_within(const Tensor& want, const Tensor& got, const ErrorModel& m, const Tensor& scale,
+                   const std::string& what) {
+  const Comparison c = compare(want, got, m, scale);
+  EXPECT_TRUE(c.passed) << what << ": " << c;
 }
 
 struct Case {
@@ -82,24 +79,40 @@ TEST(GroupedGemm, MatchesLoopsWithEmptySegmentsInEveryDtype) {
     const Tensor w =
         random_normal(Shape{groups, c.out, c.in}, DType::f64, {.seed = 1, .stream = 1});
     const Tensor b = random_normal(Shape{groups, c.out}, DType::f64, {.seed = 1, .stream = 2});
+    const Tensor mb = magnitude(b);
     for (const bool with_bias : {false, true}) {
       const Tensor* bp = with_bias ? &b : nullptr;
-      const std::vector<double> want = reference(x, c.offsets, w, bp);
+      // One sum of `in` products (+ the bias) per element; each element's sum of |terms| from
+      // the loops on |inputs|.
+      const std::int64_t terms = c.in + (with_bias ? 1 : 0);
+      const Tensor scale =
+          reference_tensor(magnitude(x), c.offsets, magnitude(w), with_bias ? &mb : nullptr);
       const Tensor y = grouped_gemm(x, c.offsets, w, with_bias ? b : Tensor());
       ASSERT_EQ(y.shape(), (Shape{rows, c.out}));
       EXPECT_EQ(y.dtype(), DType::f64);
-      EXPECT_LE(max_rel(y, want), 1e-14) << "bias " << with_bias;
-      const Tensor y32 = grouped_gemm(x.astype(DType::f32), c.offsets, w.astype(DType::f32),
-                                      with_bias ? b.astype(DType::f32) : Tensor());
+      expect_within(reference_tensor(x, c.offsets, w, bp), y,
+                    {.dtype = DType::f64, .terms = terms, .reference = Reference::other_order},
+                    scale, fmt::format("f64, bias {}", with_bias));
+      // f32 against the loops in f64 on the same (f32-rounded) inputs.
+      const Tensor x32 = x.astype(DType::f32), w32 = w.astype(DType::f32);
+      const Tensor b32 = b.astype(DType::f32);
+      const Tensor y32 = grouped_gemm(x32, c.offsets, w32, with_bias ? b32 : Tensor());
       EXPECT_EQ(y32.dtype(), DType::f32);
-      EXPECT_LE(max_rel(y32, want), 1e-5) << "f32, bias " << with_bias;
-      // bf16 against loops on the same (bf16-rounded) inputs, to bf16 precision.
+      expect_within(reference_tensor(x32, c.offsets, w32, with_bias ? &b32 : nullptr), y32,
+                    {.dtype = DType::f32, .terms = terms, .reference = Reference::exact}, scale,
+                    fmt::format("f32, bias {}", with_bias));
+      // bf16 against the loops on the same (bf16-rounded) inputs: the product is summed in f32
+      // and rounded to bf16, which the bias sum then reads (r = 1 with a bias).
       const Tensor x16 = x.astype(DType::bf16), w16 = w.astype(DType::bf16);
       const Tensor b16 = b.astype(DType::bf16);
       const Tensor y16 = grouped_gemm(x16, c.offsets, w16, with_bias ? b16 : Tensor());
       EXPECT_EQ(y16.dtype(), DType::bf16);
-      const Tensor* b16p = with_bias ? &b16 : nullptr;
-      EXPECT_LE(max_scaled(y16, reference(x16, c.offsets, w16, b16p)), 1.0 / 64) << "bf16";
+      expect_within(reference_tensor(x16, c.offsets, w16, with_bias ? &b16 : nullptr), y16,
+                    {.dtype = DType::bf16,
+                     .terms = terms,
+                     .roundings = with_bias ? 1 : 0,
+                     .reference = Reference::exact},
+                    scale, fmt::format("bf16, bias {}", with_bias));
     }
   }
 }
@@ -123,11 +136,15 @@ TEST(GroupedGemm, Bf16RoundsTheProductThenTheBiasSum) {
 }
 
 TEST(GroupedGemm, HiddenOf8192WithTwoTokens) {
+  const std::int64_t in = 8192;
   const Offsets offsets{0, 1, 1, 2};
-  const Tensor x = random_normal(Shape{2, 8192}, DType::f64, {.seed = 2, .stream = 0});
-  const Tensor w = random_normal(Shape{3, 4, 8192}, DType::f64, {.seed = 2, .stream = 1});
+  const Tensor x = random_normal(Shape{2, in}, DType::f64, {.seed = 2, .stream = 0});
+  const Tensor w = random_normal(Shape{3, 4, in}, DType::f64, {.seed = 2, .stream = 1});
   const Tensor b = random_normal(Shape{3, 4}, DType::f64, {.seed = 2, .stream = 2});
-  EXPECT_LE(max_rel(grouped_gemm(x, offsets, w, b), reference(x, offsets, w, &b)), 1e-12);
+  const Tensor mb = magnitude(b);
+  expect_within(reference_tensor(x, offsets, w, &b), grouped_gemm(x, offsets, w, b),
+                {.dtype = DType::f64, .terms = in + 1, .reference = Reference::other_order},
+                reference_tensor(magnitude(x), offsets, magnitude(w), &mb), "hidden 8192");
 }
 
 TEST(GroupedGemm, BadInputThrows) {
@@ -173,16 +190,11 @@ TEST(GroupedGemm, BadInputThrows) {
       {"dtype i64 is not supported"});
 }
 
-TEST(GroupedGemmBackward, MatchesLoopsAndFiniteDifferences) {
-  const Offsets offsets{0, 4, 4, 9, 10, 10};
-  const std::int64_t rows = 10, in = 6, out = 3, groups = 5;
-  const Tensor x = random_normal(Shape{rows, in}, DType::f64, {.seed = 3, .stream = 0});
-  const Tensor w = random_normal(Shape{groups, out, in}, DType::f64, {.seed = 3, .stream = 1});
-  const Tensor go = random_normal(Shape{rows, out}, DType::f64, {.seed = 3, .stream = 2});
-  const GroupedGemmGrads g = grouped_gemm_backward(x, offsets, w, go);
-  ASSERT_EQ(g.x.shape(), x.shape());
-  ASSERT_EQ(g.w.shape(), w.shape());
-  ASSERT_EQ(g.bias.shape(), (Shape{groups, out}));
+// grouped_gemm_backward with loops in double, as f64 tensors of the gradients' shapes.
+GroupedGemmGrads backward_loops(const Tensor& x, const Offsets& offsets, const Tensor& w,
+                                const Tensor& go) {
+  const std::int64_t rows = x.shape()[0], in = x.shape()[1];
+  const std::int64_t groups = w.shape()[0], out = w.shape()[1];
   std::vector<double> gx(static_cast<std::size_t>(rows * in), 0.0);
   std::vector<double> gw(static_cast<std::size_t>(groups * out * in), 0.0);
   std::vector<double> gb(static_cast<std::size_t>(groups * out), 0.0);
@@ -196,14 +208,46 @@ TEST(GroupedGemmBackward, MatchesLoopsAndFiniteDifferences) {
       }
     }
   }
-  EXPECT_LE(max_rel(g.x, gx), 1e-14);
-  EXPECT_LE(max_rel(g.w, gw), 1e-14);
-  EXPECT_LE(max_rel(g.bias, gb), 1e-14);
+  return {.x = Tensor::from_vector(x.shape(), gx),
+          .w = Tensor::from_vector(w.shape(), gw),
+          .bias = Tensor::from_vector(Shape{groups, out}, gb)};
+}
+
+TEST(GroupedGemmBackward, MatchesLoopsAndFiniteDifferences) {
+  const Offsets offsets{0, 4, 4, 9, 10, 10};
+  const std::int64_t rows = 10, in = 6, out = 3, groups = 5;
+  std::int64_t longest = 0;  // the most rows of one group
+  for (std::int64_t e = 0; e < groups; ++e) {
+    longest = std::max(longest, offsets[e + 1] - offsets[e]);
+  }
+  const Tensor x = random_normal(Shape{rows, in}, DType::f64, {.seed = 3, .stream = 0});
+  const Tensor w = random_normal(Shape{groups, out, in}, DType::f64, {.seed = 3, .stream = 1});
+  const Tensor go = random_normal(Shape{rows, out}, DType::f64, {.seed = 3, .stream = 2});
+  const GroupedGemmGrads g = grouped_gemm_backward(x, offsets, w, go);
+  ASSERT_EQ(g.x.shape(), x.shape());
+  ASSERT_EQ(g.w.shape(), w.shape());
+  ASSERT_EQ(g.bias.shape(), (Shape{groups, out}));
+  const GroupedGemmGrads want = backward_loops(x, offsets, w, go);
+  // Each element's sum of |terms|: the loops on |inputs|.
+  const GroupedGemmGrads scale = backward_loops(magnitude(x), offsets, magnitude(w), magnitude(go));
+  // grad_x sums `out` products per element; grad_w and grad_bias sum over a group's rows.
+  const auto check = [&](const GroupedGemmGrads& got, const GroupedGemmGrads& ref, DType dtype,
+                         Reference reference) {
+    expect_within(ref.x, got.x, {.dtype = dtype, .terms = out, .reference = reference}, scale.x,
+                  fmt::format("{} grad_x", dtype));
+    expect_within(ref.w, got.w, {.dtype = dtype, .terms = longest, .reference = reference}, scale.w,
+                  fmt::format("{} grad_w", dtype));
+    expect_within(ref.bias, got.bias, {.dtype = dtype, .terms = longest, .reference = reference},
+                  scale.bias, fmt::format("{} grad_bias", dtype));
+  };
+  check(g, want, DType::f64, Reference::other_order);
   for (const std::int64_t empty : {1, 4}) {  // groups without rows have zero gradients
     for (std::int64_t i = 0; i < out * in; ++i) EXPECT_EQ(g.w.item(empty * out * in + i), 0.0);
     for (std::int64_t o = 0; o < out; ++o) EXPECT_EQ(g.bias.item(empty * out + o), 0.0);
   }
   // Central differences of L = Σ go ⊙ grouped_gemm(x, w, b) at a few entries of w, x and b.
+  // L is linear in each entry (no truncation error); rounding L's rows·out-term sum (|L| and
+  // its partial sums ≈ 10) gives about u·10·√30 / (2 eps) ≈ 3e-9, 30x below the tolerance.
   const Tensor b = random_normal(Shape{groups, out}, DType::f64, {.seed = 3, .stream = 3});
   const auto loss = [&](const Tensor& xx, const Tensor& ww, const Tensor& bb) {
     const Tensor y = grouped_gemm(xx, offsets, ww, bb);
@@ -222,12 +266,11 @@ TEST(GroupedGemmBackward, MatchesLoopsAndFiniteDifferences) {
   for (const std::int64_t i : {0L, 7L, 59L}) EXPECT_NEAR(fd(0, i), g.x.item(i), 1e-7) << i;
   for (const std::int64_t i : {0L, 20L, 50L, 89L}) EXPECT_NEAR(fd(1, i), g.w.item(i), 1e-7) << i;
   for (const std::int64_t i : {2L, 7L, 12L}) EXPECT_NEAR(fd(2, i), g.bias.item(i), 1e-7) << i;
-  // f32 follows f64.
-  const GroupedGemmGrads g32 = grouped_gemm_backward(x.astype(DType::f32), offsets,
-                                                     w.astype(DType::f32), go.astype(DType::f32));
-  EXPECT_LE(max_rel(g32.x, gx), 1e-5);
-  EXPECT_LE(max_rel(g32.w, gw), 1e-5);
-  EXPECT_LE(max_rel(g32.bias, gb), 1e-5);
+  // f32 against the loops in f64 on the same (f32-rounded) inputs.
+  const Tensor x32 = x.astype(DType::f32), w32 = w.astype(DType::f32);
+  const Tensor go32 = go.astype(DType::f32);
+  check(grouped_gemm_backward(x32, offsets, w32, go32), backward_loops(x32, offsets, w32, go32),
+        DType::f32, Reference::exact);
 }
 
 TEST(GroupedGemmBackward, EdgeSizesAndBadInput) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/ops/moe_gating.hpp"
 #include "tests/support/expect_error.hpp"
@@ -52,13 +53,14 @@ RefRouting reference_gate(const Tensor& logits, std::int64_t k, GatingOrder orde
   return r;
 }
 
-void expect_routing(const Routing& got, const RefRouting& want, std::int64_t k, double tol) {
+void expect_routing(const Routing& got, const RefRouting& want, std::int64_t k,
+                    const ErrorModel& m) {
   EXPECT_EQ(got.k, k);
   EXPECT_EQ(got.experts, want.experts);
   ASSERT_EQ(got.weights.shape(), (Shape{got.num_tokens, k}));
-  for (std::int64_t i = 0; i < got.weights.numel(); ++i) {
-    EXPECT_NEAR(got.weights.item(i), want.weights[i], tol) << "slot " << i;
-  }
+  const Comparison c =
+      compare(Tensor::from_vector(got.weights.shape(), want.weights), got.weights, m);
+  EXPECT_TRUE(c.passed) << c;
 }
 
 const GatingOptions kTopK{.order = GatingOrder::TopKThenSoftmax};
@@ -66,22 +68,31 @@ const GatingOptions kSoftmax{.order = GatingOrder::SoftmaxThenTopK, .renormalize
 const GatingOptions kSoftmaxRenorm{.order = GatingOrder::SoftmaxThenTopK, .renormalize = true};
 
 TEST(Gate, BothOrdersMatchTheLoops) {
-  const Tensor logits = random_normal(Shape{9, 6}, DType::f64, {.seed = 31}, 0, 3);
+  const std::int64_t t_count = 9, e_count = 6;
+  const Tensor logits = random_normal(Shape{t_count, e_count}, DType::f64, {.seed = 31}, 0, 3);
+  const Tensor logits32 = logits.astype(DType::f32);
   for (const std::int64_t k : {1, 2, 4, 6}) {
+    // A softmax over at most E logits, renormalised by a sum over k: f64 against the loops in
+    // another order, f32 against the loops in f64 on the same (f32) logits.
+    const ErrorModel m64{
+        .dtype = DType::f64, .terms = e_count + k, .reference = Reference::other_order};
+    const ErrorModel m32{.dtype = DType::f32, .terms = e_count + k, .reference = Reference::exact};
     for (const GatingOptions& o : {kTopK, kSoftmax, kSoftmaxRenorm}) {
       SCOPED_TRACE(testing::Message() << "k " << k << " order " << static_cast<int>(o.order)
                                       << " renormalize " << o.renormalize);
-      const RefRouting want = reference_gate(logits, k, o.order, o.renormalize);
-      expect_routing(gate(logits, k, o), want, k, 1e-15);
-      expect_routing(gate(logits.astype(DType::f32), k, o), want, k, 1e-6);
+      expect_routing(gate(logits, k, o), reference_gate(logits, k, o.order, o.renormalize), k, m64);
+      expect_routing(gate(logits32, k, o), reference_gate(logits32, k, o.order, o.renormalize), k,
+                     m32);
     }
   }
-  // k = E: the un-renormalised weights are the full softmax and sum to 1.
-  const Routing all = gate(logits, 6, kSoftmax);
-  for (std::int64_t t = 0; t < 9; ++t) {
+  // k = E: the un-renormalised weights are the full softmax and sum to 1 (the closed form):
+  // the softmax's E-term sum, then the test's.
+  const ErrorModel one{.dtype = DType::f64, .terms = 2 * e_count, .reference = Reference::exact};
+  const Routing all = gate(logits, e_count, kSoftmax);
+  for (std::int64_t t = 0; t < t_count; ++t) {
     double s = 0;
-    for (std::int64_t j = 0; j < 6; ++j) s += all.weights.item(t * 6 + j);
-    EXPECT_NEAR(s, 1.0, 1e-15);
+    for (std::int64_t j = 0; j < e_count; ++j) s += all.weights.item(t * e_count + j);
+    EXPECT_NEAR(s, 1.0, error_bound(one, 1.0, 1.0)) << "token " << t;
   }
 }
 
@@ -101,6 +112,7 @@ TEST(Gate, TopKThenSoftmaxIsRouteTopKBitForBit) {
 TEST(Gate, TiesGoToTheLowerExpert) {
   const Tensor logits = Tensor::from_vector(Shape{2, 5}, std::vector<double>{1, 3, 3, 2, 3,  //
                                                                              4, 4, 4, 4, 4});
+  // Softmaxes of at most 5 terms of one sign: 1e-15 is 18 ulps of 1/3 and 0.29, 36 of 0.2.
   for (const GatingOptions& o : {kTopK, kSoftmax, kSoftmaxRenorm}) {
     const Routing r = gate(logits, 3, o);
     EXPECT_EQ(r.experts, (Ids{1, 2, 4, 0, 1, 2}));
@@ -125,7 +137,8 @@ TEST(Gate, EdgeSizesAndLargeLogits) {
   const Routing one = gate(Tensor::from_vector(Shape{1, 1}, std::vector<float>{-3}), 1, kSoftmax);
   EXPECT_EQ(one.experts, (Ids{0}));
   EXPECT_EQ(one.weights.item(0), 1.0);
-  // Logits of 1000 do not overflow: softmax of (1000, 999, -1000).
+  // Logits of 1000 do not overflow: softmax of (1000, 999, -1000). A few exp and a 3-term sum:
+  // 1e-15 is 9 ulps of 0.73 and 18 of 0.27.
   const Tensor big = Tensor::from_vector(Shape{1, 3}, std::vector<double>{999, 1000, -1000});
   const Routing r = gate(big, 2, kSoftmax);
   EXPECT_EQ(r.experts, (Ids{1, 0}));
@@ -140,9 +153,13 @@ TEST(Gate, Bf16FollowsF32) {
     const Routing r32 = gate(logits.astype(DType::f32), 3, o);
     EXPECT_EQ(r16.weights.dtype(), DType::bf16);
     EXPECT_EQ(r16.experts, r32.experts);  // the same (bf16) logits choose the same experts
+    // One rounding to bf16 (u |w| = half a bf16 ulp or less) of f32 weights that may differ
+    // from the f32 path's by the order of their E-term sums.
+    const ErrorModel m{
+        .dtype = DType::bf16, .terms = 2 * logits.shape()[1], .reference = Reference::exact};
     for (std::int64_t i = 0; i < r16.weights.numel(); ++i) {
-      EXPECT_NEAR(r16.weights.item(i), r32.weights.item(i), std::ldexp(r32.weights.item(i), -8))
-          << i;  // one rounding: half a bf16 ulp
+      const double w32 = r32.weights.item(i);
+      EXPECT_NEAR(r16.weights.item(i), w32, error_bound(m, std::abs(w32), w32)) << i;
     }
   }
 }
@@ -161,20 +178,28 @@ TEST(Gate, BadInputThrows) {
 }
 
 TEST(RouterProbabilities, SoftmaxOfEveryRowInF32OrF64) {
-  const Tensor logits = random_normal(Shape{7, 5}, DType::f64, {.seed = 34}, 0, 4);
+  const std::int64_t t_count = 7, e_count = 5;
+  const Tensor logits = random_normal(Shape{t_count, e_count}, DType::f64, {.seed = 34}, 0, 4);
   for (const DType dt : {DType::f64, DType::f32, DType::bf16}) {
     const Tensor in = logits.astype(dt);
     const Tensor p = router_probabilities(in);
     EXPECT_EQ(p.dtype(), dt == DType::f64 ? DType::f64 : DType::f32);
-    ASSERT_EQ(p.shape(), (Shape{7, 5}));
-    for (std::int64_t t = 0; t < 7; ++t) {
+    ASSERT_EQ(p.shape(), (Shape{t_count, e_count}));
+    std::vector<double> want;
+    for (std::int64_t t = 0; t < t_count; ++t) {
       double z = 0;
-      for (std::int64_t e = 0; e < 5; ++e) z += std::exp(in.item(t * 5 + e));
-      for (std::int64_t e = 0; e < 5; ++e) {
-        EXPECT_NEAR(p.item(t * 5 + e), std::exp(in.item(t * 5 + e)) / z,
-                    dt == DType::f64 ? 1e-15 : 1e-6);
+      for (std::int64_t e = 0; e < e_count; ++e) z += std::exp(in.item(t * e_count + e));
+      for (std::int64_t e = 0; e < e_count; ++e) {
+        want.push_back(std::exp(in.item(t * e_count + e)) / z);
       }
     }
+    // A softmax over E logits: f64 against the loop in another order; f32 (and bf16, computed
+    // in f32) against the loop in f64 on the same logits.
+    const ErrorModel m{.dtype = p.dtype(),
+                       .terms = e_count,
+                       .reference = dt == DType::f64 ? Reference::other_order : Reference::exact};
+    const Comparison c = compare(Tensor::from_vector(p.shape(), want), p, m);
+    EXPECT_TRUE(c.passed) << dtype_name(dt) << ": " << c;
   }
   EXPECT_EQ(router_probabilities(Tensor(Shape{0, 3}, DType::f32)).shape(), (Shape{0, 3}));
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/ops/rms_norm.hpp"
 
@@ -19,23 +20,36 @@ TEST(RmsNorm, CraftedVectorMatchesHandValue) {
     const Tensor y = rms_norm(Tensor::from_vector(Shape{4}, x).astype(dt),
                               Tensor::from_vector(Shape{4}, scale).astype(dt));
     ASSERT_EQ(y.dtype(), dt);
-    const double tol = dt == DType::f64 ? 1e-15 : 1e-6;
-    for (int i = 0; i < 4; ++i) EXPECT_NEAR(y.item(i), x[i] * scale[i] * inv_rms, tol) << i;
+    // The squares and their mean are exact; the eps sum, the square root, the quotient and the
+    // product round once each (the scales are powers of two): within 8 ulps of the value.
+    const int mantissa = dt == DType::f64 ? 52 : 23;
+    for (int i = 0; i < 4; ++i) {
+      const double want = x[i] * scale[i] * inv_rms;
+      EXPECT_NEAR(y.item(i), want, 8 * std::ldexp(std::abs(want), -mantissa)) << i;
+    }
   }
 }
 
 TEST(RmsNorm, RowsAreIndependentOverLeadingDims) {
-  const Tensor x = random_normal(Shape{2, 3, 8}, DType::f64, {.seed = 4, .stream = 0});
-  const Tensor s = random_uniform(Shape{8}, DType::f64, {.seed = 4, .stream = 1}, 0.5, 1.5);
+  const std::int64_t h = 8;
+  const Tensor x = random_normal(Shape{2, 3, h}, DType::f64, {.seed = 4, .stream = 0});
+  const Tensor s = random_uniform(Shape{h}, DType::f64, {.seed = 4, .stream = 1}, 0.5, 1.5);
   const Tensor y = rms_norm(x, s);
   ASSERT_EQ(y.shape(), x.shape());
+  std::vector<double> want;
   for (std::int64_t r = 0; r < 6; ++r) {
     double ms = 0;
-    for (int i = 0; i < 8; ++i) ms += x.item(r * 8 + i) * x.item(r * 8 + i) / 8;
-    for (int i = 0; i < 8; ++i) {
-      EXPECT_NEAR(y.item(r * 8 + i), x.item(r * 8 + i) / std::sqrt(ms + 1e-5) * s.item(i), 1e-14);
+    for (std::int64_t i = 0; i < h; ++i) ms += x.item(r * h + i) * x.item(r * h + i) / h;
+    for (std::int64_t i = 0; i < h; ++i) {
+      want.push_back(x.item(r * h + i) / std::sqrt(ms + 1e-5) * s.item(i));
     }
   }
+  // The h squares of a row's mean in Eigen's order against the loop's, then the eps sum, the
+  // square root, the quotient and the scale product (one rounding each).
+  const Comparison c =
+      compare(Tensor::from_vector(x.shape(), want), y,
+              ErrorModel{.dtype = DType::f64, .terms = h + 4, .reference = Reference::other_order});
+  EXPECT_TRUE(c.passed) << c;
 }
 
 TEST(RmsNorm, Bf16IsTheF32ResultRounded) {
@@ -55,7 +69,9 @@ TEST(RmsNorm, ZeroRowStaysFiniteAndEpsIsUsed) {
   // A constant row c: c / sqrt(c² + eps).
   const Tensor c = rms_norm(Tensor::from_vector(Shape{2}, std::vector<double>{1e-3, 1e-3}),
                             Tensor::from_vector(Shape{2}, std::vector<double>{1, 1}), 1e-6);
-  EXPECT_NEAR(c.item(0), 1e-3 / std::sqrt(1e-6 + 1e-6), 1e-15);
+  // A handful of roundings (the squares, their mean, eps, sqrt, quotient): within 8 ulps.
+  const double want = 1e-3 / std::sqrt(1e-6 + 1e-6);
+  EXPECT_NEAR(c.item(0), want, 8 * std::ldexp(want, -52));
 }
 
 TEST(RmsNorm, BadInputThrows) {

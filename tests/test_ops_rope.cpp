@@ -45,18 +45,22 @@ TEST(Yarn, InvFreqMatchesClosedFormForSmallHeadDim) {
   const RopeParams p = tiny_rope();
   const Yarn want = reference_yarn(16, 150000, 32, 4096, 1, 32);
   const YarnFrequencies got = yarn_frequencies(p, DType::f64);
+  // Closed forms of a few log, pow and quotients (no sums): EXPECT_DOUBLE_EQ allows 4 ulps, the
+  // absolute tolerances below are 14 ulps of the value or more.
   EXPECT_DOUBLE_EQ(got.concentration, 1.3465735902799727);  // 0.1 ln 32 + 1
   EXPECT_NEAR(got.low, 2.0231947788781004, 1e-13);
   EXPECT_NEAR(got.high, 4.34950612539714, 1e-13);
   ASSERT_EQ(got.inv_freq.size(), 8u);
   for (int j = 0; j < 8; ++j) {
-    EXPECT_NEAR(got.inv_freq[j], want.inv_freq[j], 1e-15 * want.inv_freq[j]) << j;
+    // pow, two quotients and the ramp's blend on each side (FMA may fuse the blend): 8 ulps.
+    EXPECT_NEAR(got.inv_freq[j], want.inv_freq[j], 8 * std::ldexp(want.inv_freq[j], -52)) << j;
   }
   // Below low: pure extrapolation 1/freq; above high: pure interpolation 1/(s freq).
   EXPECT_DOUBLE_EQ(got.inv_freq[0], 1.0);
   EXPECT_NEAR(got.inv_freq[2], std::pow(150000.0, -4.0 / 16), 1e-16);
   EXPECT_NEAR(got.inv_freq[7], std::pow(150000.0, -14.0 / 16) / 32, 1e-18);
-  // f32 (the reference's precision) agrees to f32 rounding.
+  // f32 (the reference's precision) agrees to f32 rounding: a relative 1e-6 is 8 f32 ulps or more
+  // for the few roundings of powf and the quotients.
   const YarnFrequencies f32 = yarn_frequencies(p, DType::f32);
   for (int j = 0; j < 8; ++j) {
     EXPECT_NEAR(f32.inv_freq[j], want.inv_freq[j], 1e-6 * want.inv_freq[j]) << j;
@@ -66,6 +70,8 @@ TEST(Yarn, InvFreqMatchesClosedFormForSmallHeadDim) {
 TEST(Yarn, PublishedHeadDimBand) {
   RopeParams p;  // 20b/120b: head_dim 64, theta 150000, s 32, L 4096
   const YarnFrequencies got = yarn_frequencies(p);
+  // A few log and quotients, no sums: 1e-12 is hundreds of ulps of low and high, 1e-15 at least
+  // 4.5 ulps of inv_freq (<= 1; inv_freq[0] = 1 exactly).
   EXPECT_NEAR(got.low, 8.092779115512402, 1e-12);
   EXPECT_NEAR(got.high, 17.39802450158856, 1e-12);
   const Yarn want = reference_yarn(64, 150000, 32, 4096, 1, 32);
@@ -78,7 +84,9 @@ TEST(Yarn, NoScalingIsPlainRope) {
   p.head_dim = 4;  // the low/high band is not checked without scaling
   const YarnFrequencies got = yarn_frequencies(p);
   EXPECT_EQ(got.concentration, 1.0);
-  EXPECT_NEAR(got.inv_freq[1], std::pow(150000.0, -0.5), 1e-18);
+  // 1 / pow against pow: two roundings and pow's own error on each side, within 8 ulps.
+  const double want = std::pow(150000.0, -0.5);
+  EXPECT_NEAR(got.inv_freq[1], want, 8 * std::ldexp(want, -52));
 }
 
 TEST(Yarn, LowHighConditionGivesClearError) {
@@ -120,7 +128,8 @@ TEST(Rope, UnitVectorsRotateByConcentratedCosSin) {
       const double c = std::cos(angle) * y.concentration;
       const double s = std::sin(angle) * y.concentration;
       const auto at = [&](int h, int i) { return q.item((t * d + h) * d + i); };
-      // e_j (first half) -> c e_j + s e_{j+8};  e_{j+8} -> -s e_j + c e_{j+8}.
+      // e_j (first half) -> c e_j + s e_{j+8};  e_{j+8} -> -s e_j + c e_{j+8}. The same
+      // std::cos and std::sin, then one product: 1e-14 is 45 ulps of |c|, |s| <= 1.35.
       EXPECT_NEAR(at(j, j), c, 1e-14);
       EXPECT_NEAR(at(j, j + 8), s, 1e-14);
       EXPECT_NEAR(at(j + 8, j), -s, 1e-14);
@@ -151,8 +160,16 @@ TEST(Rope, GqaViewEqualsFlatHeadsAndBf16FollowsF32) {
   const Tensor qb = q.astype(DType::bf16);
   const Tensor ab = apply_rope(qb, rope_table(p, 6, 0, DType::bf16));
   ASSERT_EQ(ab.dtype(), DType::bf16);
+  // Element i is x_i c ∓ x_partner s. In bf16 each product's input, table entry and product
+  // round to bf16 (2^-8 relative each) and the result once more: |err| <= 2^-8 (3 m + |a|),
+  // m = |x_i c| + |x_partner s|; 4 m covers the second-order terms and the f32 result's error.
+  const std::int64_t half = 8;
   for (std::int64_t i = 0; i < a.numel(); ++i) {
-    EXPECT_NEAR(ab.item(i), a.item(i), 0.03 * (1 + std::abs(a.item(i)))) << i;
+    const std::int64_t t = i / (6 * 2 * half), col = i % (2 * half), j = col % half;
+    const std::int64_t partner = col < half ? i + half : i - half;
+    const double m = std::abs(q.item(i) * table.cos.item(t * half + j)) +
+                     std::abs(q.item(partner) * table.sin.item(t * half + j));
+    EXPECT_NEAR(ab.item(i), a.item(i), std::ldexp(4 * m + std::abs(a.item(i)), -8)) << i;
   }
 }
 

@@ -20,18 +20,26 @@ using test_support::expect_error;
 
 double silu_ref(double x) { return x / (1 + std::exp(-x)); }
 
-// Central difference of L(x) = Σ grad_out · f(x) in element i of x (f64).
+// 8 ulps of `want` in f64 (mantissa 52) or f32 (23): silu is std::exp, a sum, a quotient and a
+// product, each within an ulp or two on any processor.
+double ulps8(double want, int mantissa = 52) { return 8 * std::ldexp(std::abs(want), -mantissa); }
+
+// Central difference of L(x) = Σ grad_out · f(x) in element i of x (f64), summed as
+// Σ grad_out · (f(x + h e_i) - f(x - h e_i)) / 2h: f is elementwise, so the outputs that e_i
+// does not reach cancel exactly and only the perturbed one carries rounding error.
 double central_difference(const std::function<Tensor(const Tensor&)>& f, const Tensor& x,
                           const Tensor& grad_out, std::int64_t i, double h = 1e-6) {
-  const auto loss = [&](double delta) {
+  const auto at = [&](double delta) {
     Tensor xs = x;
     xs.span<double>()[i] += delta;
-    const Tensor y = f(xs);
-    double sum = 0;
-    for (std::int64_t c = 0; c < y.numel(); ++c) sum += grad_out.item(c) * y.item(c);
-    return sum;
+    return f(xs);
   };
-  return (loss(h) - loss(-h)) / (2 * h);
+  const Tensor up = at(h), down = at(-h);
+  double sum = 0;
+  for (std::int64_t c = 0; c < up.numel(); ++c) {
+    sum += grad_out.item(c) * (up.item(c) - down.item(c));
+  }
+  return sum / (2 * h);
 }
 
 TEST(Silu, MatchesTheLoopInEveryDtypeAndShape) {
@@ -39,7 +47,9 @@ TEST(Silu, MatchesTheLoopInEveryDtypeAndShape) {
   const Tensor x = Tensor::from_vector(Shape{2, 3, 2}, v);
   const Tensor y = silu(x);
   ASSERT_EQ(y.shape(), x.shape());
-  for (std::size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(y.item(i), silu_ref(v[i]), 1e-15) << i;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_NEAR(y.item(i), silu_ref(v[i]), ulps8(silu_ref(v[i]))) << i;
+  }
   EXPECT_EQ(y.item(0), 0.0);
   EXPECT_EQ(y.item(7), 80.0);  // σ(80) is 1 in double
   EXPECT_EQ(y.item(8), 0.0);   // σ(-745) underflows to 0: no NaN
@@ -47,7 +57,7 @@ TEST(Silu, MatchesTheLoopInEveryDtypeAndShape) {
   EXPECT_EQ(y32.dtype(), DType::f32);
   for (std::size_t i = 0; i < v.size(); ++i) {
     const auto xf = static_cast<float>(v[i]);
-    EXPECT_NEAR(y32.item(i), silu_ref(xf), 2e-7 * (1 + std::abs(silu_ref(xf)))) << i;
+    EXPECT_NEAR(y32.item(i), silu_ref(xf), ulps8(silu_ref(xf), 23)) << i;
   }
   // bf16: x · σ(x) of the bf16 input in f32, rounded once to bf16.
   const Tensor xb = x.astype(DType::bf16);
@@ -60,7 +70,7 @@ TEST(Silu, MatchesTheLoopInEveryDtypeAndShape) {
   }
   // Rank 0, rank 1 and empty.
   EXPECT_NEAR(silu(Tensor::from_vector(Shape{}, std::vector<double>{2})).item(0), silu_ref(2),
-              1e-15);
+              ulps8(silu_ref(2)));
   EXPECT_EQ(silu(Tensor(Shape{0, 5}, DType::f32)).shape(), (Shape{0, 5}));
   expect_error([] { silu(Tensor(Shape{3}, DType::i32)); }, {"silu", "i32"});
 }
@@ -70,18 +80,22 @@ TEST(SiluBackward, MatchesCentralDifferences) {
   const Tensor g = random_normal(Shape{3, 7}, DType::f64, {.seed = 31, .stream = 1});
   const Tensor gx = silu_backward(x, g);
   ASSERT_EQ(gx.shape(), x.shape());
+  // Truncation h²/6 |g silu'''| ≲ 1e-12 and the rounding of the perturbed output, ≲ 2 ulps of
+  // |g silu(x)| over 2h ≈ 4e-10 |x g|: below 1e-8 (1 + |fd|) with |fd| ≈ |g| for large |x|.
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     const double fd = central_difference([](const Tensor& t) { return silu(t); }, x, g, i);
     EXPECT_NEAR(gx.item(i), fd, 1e-8 * (1 + std::abs(fd))) << "x " << x.item(i);
   }
-  // Closed forms: silu'(0) = 1/2; far out the derivative tends to 1 and 0.
+  // Closed forms: silu'(0) = 1/2; far out the derivative tends to 1 and 0 (σ(60) rounds to 1,
+  // so 1 is exact up to the ulps allowed).
   const Tensor ones = Tensor::from_vector(Shape{3}, std::vector<double>{1, 1, 1});
   const Tensor d =
       silu_backward(Tensor::from_vector(Shape{3}, std::vector<double>{0, 60, -60}), ones);
   EXPECT_EQ(d.item(0), 0.5);
-  EXPECT_NEAR(d.item(1), 1.0, 1e-20);
-  EXPECT_NEAR(d.item(2), 0.0, 1e-20);
-  // f32 follows f64.
+  EXPECT_NEAR(d.item(1), 1.0, ulps8(1.0));
+  EXPECT_NEAR(d.item(2), 0.0, 1e-20);  // -60 σ(-60) ≈ -5e-25
+  // f32 follows f64: elementwise, the f32-rounded x and g (2^-24 relative, times |silu''| <=
+  // 1/2) and a few f32 roundings stay below 1e-6 (1 + |gx|); 1e-5 leaves 10x.
   const Tensor gx32 = silu_backward(x.astype(DType::f32), g.astype(DType::f32));
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     EXPECT_NEAR(gx32.item(i), gx.item(i), 1e-5 * (1 + std::abs(gx.item(i)))) << i;
@@ -122,6 +136,9 @@ TEST(SwigluBackward, MatchesCentralDifferencesInsideAndBeyondTheClamp) {
     const Tensor gx = swiglu_backward(x, g, c.alpha, c.limit);
     ASSERT_EQ(gx.shape(), x.shape());
     const auto f = [&](const Tensor& t) { return swiglu(t, c.alpha, c.limit); };
+    // Truncation h²/6 |f'''| ≲ 1e-11 on a smooth piece (x is 1e-3 from the kinks) and the
+    // rounding of the perturbed output, ≲ 2 ulps of |g f| ≲ 56 |g| over 2h ≈ 1.4e-8 |g|: below
+    // 1e-8 (1 + |fd|), as fd ≈ g ∂f/∂x is several |g| wherever |f| is large.
     int beyond = 0;
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const double fd = central_difference(f, x, g, i);
@@ -156,6 +173,8 @@ TEST(SwigluBackward, CraftedPointsAtAndBeyondTheClamp) {
     return (l + 1) * s * (1 + a * glu * (1 - s));
   };
   const auto d_lin = [&](double glu) { return glu * sig(a * glu); };
+  // The op's formula with the same std::exp, at most a rounding or two apart (FMA): the
+  // tolerances are 5 ulps of the values or more.
   EXPECT_EQ(gx.item(0), 0.0);
   EXPECT_NEAR(gx.item(1), d_lin(7.0), 1e-14);  // g = min(7.5, 7)
   EXPECT_EQ(gx.item(2), 0.0);
@@ -168,7 +187,9 @@ TEST(SwigluBackward, CraftedPointsAtAndBeyondTheClamp) {
   EXPECT_NEAR(gx.item(9), d_lin(-30), 1e-15);
   EXPECT_NEAR(gx.item(10), d_glu(7.0, -7.0), 1e-14);
   EXPECT_NEAR(gx.item(11), d_lin(7.0), 1e-14);
-  // At the boundary the gradient is the one-sided derivative from inside the clamp.
+  // At the boundary the gradient is the one-sided derivative from inside the clamp. Truncation
+  // h²/3 |f'''| ≈ 3e-10 and the rounding of Σ swiglu (partial sums ≲ 50, weights 3, 4, 1) over
+  // 2h ≈ 5e-9: 1e-7 is 20x above.
   const auto one_sided = [&](std::int64_t i, double h) {
     Tensor lo = x;
     lo.span<double>()[i] -= h;
@@ -189,6 +210,9 @@ TEST(SwigluBackward, F32FollowsF64AndEdgeShapes) {
   const Tensor g64 = swiglu_backward(x, g);
   const Tensor g32 = swiglu_backward(x.astype(DType::f32), g.astype(DType::f32));
   EXPECT_EQ(g32.dtype(), DType::f32);
+  // Elementwise in f32: the f32-rounded inputs (2^-24 relative, times derivatives ≲ 10) and
+  // f32's 1 - σ near the clamp (σ(1.702 · 7) ≈ 1 - 7e-6: ≲ 1e-6 relative) stay below
+  // 1e-6 (1 + |g|); 1e-5 leaves 10x.
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     EXPECT_NEAR(g32.item(i), g64.item(i), 1e-5 * (1 + std::abs(g64.item(i)))) << i;
   }

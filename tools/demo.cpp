@@ -20,6 +20,7 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "src/check/compare.hpp"
 #include "src/check/metrics.hpp"
+#include "src/core/eigen_cache.hpp"
 #include "tools/ccl_cases.hpp"
 #include "tools/demo_sections.hpp"
 #include "tools/mesh_arg.hpp"
@@ -216,6 +217,7 @@ int main(int argc, char** argv) {
   meshtest::dist::tune_malloc_for_collectives();  // opt-in: see the header
   meshtest::dist::Environment env(argc, argv);
   try {
+    meshtest::apply_eigen_cache_env();
     return meshtest::dist::demo(argc, argv, env.rank(), env.size());
   } catch (const std::exception& e) {
     // Bad options fail the same way on every rank before any communication: rank 0 reports.

@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <string>
 
+#include "src/core/eigen_cache.hpp"
+#include "src/core/error.hpp"
+
 namespace meshtest::tools {
 
 namespace {
@@ -41,6 +44,12 @@ int dispatch(std::string_view program, std::string_view about, int argc, char** 
   if (name == "--help" || name == "-h" || name == "help") {
     print_help(stdout, program, about);
     return 0;
+  }
+  try {
+    apply_eigen_cache_env();
+  } catch (const Error& e) {
+    fmt::print(stderr, "{}: error: {}\n", program, e.what());
+    return 2;
   }
   for (const Subcommand& s : subcommands()) {
     if (s.name != name) continue;

@@ -19,7 +19,7 @@ double bus_factor(int n) {
 
 namespace {
 // What every call of one signature shares: the output shape, the MPI counts and the layout.
-struct Plan : perf::Plan {
+struct AllGatherPlan : perf::Plan {
   Shape out_shape;
   std::vector<int> counts, displs;
   bool even = false;                 // every piece has the same size: MPI_Allgather
@@ -32,9 +32,9 @@ Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOption
   detail::Call call("all_gather", mesh, opt.axis, x, {{"dim", opt.dim}});
   const int d = call.dim("dim", opt.dim);
   call.agree({{"dim", opt.dim}}, {.free_dim = d});
-  const auto plan = call.plan<Plan>([&] {
+  const auto plan = call.plan<AllGatherPlan>([&] {
     // Device i contributes n_i along d (any sizes, e.g. array_split shards).
-    auto pl = std::make_shared<Plan>();
+    auto pl = std::make_shared<AllGatherPlan>();
     std::vector<std::int64_t> sizes;
     std::int64_t n = 0;
     for (const detail::Meta& m : call.group()) {

@@ -23,7 +23,7 @@ namespace {
 // device's tensor (DirectReduceScatter), then MPI_Allgatherv spreads the reduced parts.
 // Both halves move the bandwidth minimum, (p-1)/p of the tensor each way, and MPI's choice
 // of algorithm can reorder no addition (MPI_Allreduce may).
-struct Plan : perf::Plan {
+struct AllReducePlan : perf::Plan {
   detail::DirectReduceScatter rs;
   std::vector<int> displs;  // elements
 };
@@ -56,10 +56,10 @@ void run(const MeshDevice& mesh, const Tensor& x, Tensor& out, const AllReduceOp
     call.trace(out, exchange);
     return;
   }
-  std::shared_ptr<Plan> plan;
+  std::shared_ptr<AllReducePlan> plan;
   if (shm == nullptr) {
-    plan = call.plan<Plan>([&] {
-      auto pl = std::make_shared<Plan>();
+    plan = call.plan<AllReducePlan>([&] {
+      auto pl = std::make_shared<AllReducePlan>();
       auto [counts, displs] = call.counts(split_sizes(count, call.size()), "a part");
       pl->displs = std::move(displs);
       pl->rs = detail::DirectReduceScatter(std::move(counts), x.dtype(), call.index());

@@ -21,7 +21,7 @@ double bus_factor(int n) {
 namespace {
 
 // Everything one exchange needs: shapes, MPI counts, layouts and pack workspaces.
-struct Plan : perf::Plan {
+struct AllToAllPlan : perf::Plan {
   Shape out_shape;
   std::vector<int> sc, sd, rc, rd;          // send / receive counts and displacements (elements)
   bool even = false;                        // every block the same size: MPI_Alltoall
@@ -32,8 +32,8 @@ struct Plan : perf::Plan {
 
 // m[i * p + j]: size along s of the block device i sends to device j (every device holds the
 // whole matrix, so the count checks below throw alike everywhere).
-std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s, int c,
-                                const std::vector<std::int64_t>& m) {
+std::shared_ptr<AllToAllPlan> make_plan(const detail::Call& call, const Tensor& x, int s, int c,
+                                        const std::vector<std::int64_t>& m) {
   const auto p = static_cast<std::size_t>(call.size());
   const auto me = static_cast<std::size_t>(call.index());
   const std::int64_t unit = x.shape().outer(s) * x.shape().inner(s);  // agreed outside s
@@ -46,7 +46,7 @@ std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s
     send[j] = m[me * p + j];
     recv[j] = m[j * p + me];
   }
-  auto pl = std::make_shared<Plan>();
+  auto pl = std::make_shared<AllToAllPlan>();
   // The received pieces [.., recv[i] along s, ..] are concatenated along c.
   pl->out_shape =
       c == s ? x.shape().with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
@@ -69,7 +69,7 @@ std::shared_ptr<Plan> make_plan(const detail::Call& call, const Tensor& x, int s
 // 4.1's modified Bruck alltoall, which its tuned component picks for large groups and small
 // blocks, corrupts data given a datatype whose extent is smaller than its span, such as one
 // block of a strided layout; test_ccl_mpi_algorithms forces each algorithm.)
-Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<Plan> plan) {
+Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<AllToAllPlan> plan) {
   Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
   // Equal blocks go through the shared-memory group when there is one, unless MPI's single-copy
   // transport moves them faster (ShmGroup::window_all_to_all).
@@ -122,7 +122,7 @@ Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions
                              s, c, c, s)};
   }
   call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, a);
-  Tensor out = exchange(call, x, call.plan<Plan>([&] {
+  Tensor out = exchange(call, x, call.plan<AllToAllPlan>([&] {
     // Device i sends split_range(n_i, p, j) along s to device j.
     const int p = call.size();
     std::vector<std::int64_t> m;

@@ -21,7 +21,7 @@ namespace {
 constexpr int kCarryTag = 1, kFinalTag = 2;
 
 /// Attribute of a communicator: present once establish() ran for it; holds the chain or null.
-struct Established {
+struct EstablishedChain {
   std::unique_ptr<NodeChain> chain;
 };
 
@@ -61,13 +61,14 @@ std::string NodeChain::show_mode(std::int64_t m) {
 }
 
 NodeChain* NodeChain::find(MPI_Comm comm) {
-  const Established* e = CommAttribute<Established>::find(comm);
+  const EstablishedChain* e = CommAttribute<EstablishedChain>::find(comm);
   return e != nullptr ? e->chain.get() : nullptr;
 }
 
 NodeChain* NodeChain::establish(MPI_Comm comm) {
-  if (const Established* e = CommAttribute<Established>::find(comm)) return e->chain.get();
-  auto e = std::make_unique<Established>();
+  if (const EstablishedChain* e = CommAttribute<EstablishedChain>::find(comm))
+    return e->chain.get();
+  auto e = std::make_unique<EstablishedChain>();
   int p = 0, a = 0;
   MESHTEST_MPI(MPI_Comm_size(comm, &p));
   MESHTEST_MPI(MPI_Comm_rank(comm, &a));
@@ -104,7 +105,7 @@ NodeChain* NodeChain::establish(MPI_Comm comm) {
       e->chain = std::move(c);
     }  // else ~NodeChain frees the node communicator (and any group made on it)
   }
-  return CommAttribute<Established>::attach(comm, std::move(e))->chain.get();
+  return CommAttribute<EstablishedChain>::attach(comm, std::move(e))->chain.get();
 }
 
 NodeChain::~NodeChain() {

@@ -25,7 +25,7 @@ namespace {
 // step, while Open MPI 4.1's MPI_Reduce_scatter(_block) runs far below that on one node. The
 // messages go on a private duplicate of the axis communicator (detail::private_comm), so a
 // receive the user posts on mesh.comm() (even MPI_ANY_SOURCE / MPI_ANY_TAG) never matches them.
-struct Plan : perf::Plan {
+struct ReduceScatterPlan : perf::Plan {
   Shape out_shape;
   detail::BlockLayout layout;       // blocks along d of x
   std::vector<std::byte> packed;    // x's blocks end to end (when not direct)
@@ -41,9 +41,9 @@ Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x, const ReduceScatt
   call.agree(
       {{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &detail::show_reduce_op}});
   call.check_reduce_op(opt.op, x.dtype());
-  const auto plan = call.plan<Plan>([&] {
+  const auto plan = call.plan<ReduceScatterPlan>([&] {
     // Device i keeps split_range(n, p, i) along d.
-    auto pl = std::make_shared<Plan>();
+    auto pl = std::make_shared<ReduceScatterPlan>();
     std::vector<std::int64_t> sizes = split_sizes(x.shape()[d], call.size());
     pl->out_shape = x.shape().with(d, sizes[static_cast<std::size_t>(call.index())]);
     call.count(x.numel(), "the input");

@@ -37,11 +37,13 @@ std::optional<bool>& enabled_override() {
 
 /// Attribute of a communicator: present once establish() ran for it; holds the group or null
 /// (~ShmGroup frees the window, collectively, as the communicator is freed).
-struct Established {
+struct EstablishedWindow {
   std::unique_ptr<ShmGroup> group;
 };
 
-Established* established(MPI_Comm comm) { return CommAttribute<Established>::find(comm); }
+EstablishedWindow* established(MPI_Comm comm) {
+  return CommAttribute<EstablishedWindow>::find(comm);
+}
 
 std::optional<int>& test_node_size() {
   static std::optional<int> q;
@@ -91,7 +93,7 @@ bool ShmGroup::enabled() {
 void ShmGroup::set_enabled(bool on) { enabled_override() = on; }
 
 ShmGroup* ShmGroup::find(MPI_Comm comm) {
-  Established* e = established(comm);
+  EstablishedWindow* e = established(comm);
   return e != nullptr ? e->group.get() : nullptr;
 }
 
@@ -124,7 +126,7 @@ bool ShmGroup::one_node(MPI_Comm comm) {
 
 void ShmGroup::establish(MPI_Comm comm) {
   if (established(comm) != nullptr) return;
-  auto e = std::make_unique<Established>();
+  auto e = std::make_unique<EstablishedWindow>();
   int p = 0;
   MESHTEST_MPI(MPI_Comm_size(comm, &p));
   if (p > 1) {
@@ -144,7 +146,7 @@ void ShmGroup::establish(MPI_Comm comm) {
       MESHTEST_MPI(MPI_Comm_free(&node));
     }
   }
-  CommAttribute<Established>::attach(comm, std::move(e));
+  CommAttribute<EstablishedWindow>::attach(comm, std::move(e));
 }
 
 ShmGroup::ShmGroup(MPI_Comm node, bool oversubscribed) : node_(node) {

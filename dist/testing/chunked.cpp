@@ -65,9 +65,7 @@ Comparison expect_chunk_matches(MeshShape shape, const std::vector<MeshInput>& i
   const MeshDevice one = single_device_mesh();
   const Tensor got = sharded(one, chunk);
   const Tensor expected = reference(chunk);
-  const Comparison c = options.tolerance
-                           ? compare(expected, got, *options.tolerance)
-                           : compare(expected, got, options.metric, options.threshold);
+  const Comparison c = options.compare(expected, got);
   if (!c.passed) {
     std::string in;
     for (std::size_t i = 0; i < chunk.size(); ++i) {

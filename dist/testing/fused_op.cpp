@@ -100,8 +100,24 @@ void check_fused_case(const FusedOpCase& c) {
   MESHTEST_CHECK(!c.rtol || (std::isfinite(*c.rtol) && *c.rtol >= 0 && c.atol),
                  "fused-op case {}: rtol {} must be finite and >= 0, and set with an atol", c.name,
                  c.rtol.value_or(0));
+  MESHTEST_CHECK(!c.model || (!c.atol && !c.rtol),
+                 "fused-op case {}: model and atol/rtol are both set; the model bounds every "
+                 "output, set one or the other",
+                 c.name);
   MESHTEST_CHECK(c.make_inputs && c.reference && c.fused,
                  "fused-op case {}: make_inputs, reference and fused must all be set", c.name);
+}
+
+void check_fused_case(const FusedOpCase& c, const FusedSetup& s) {
+  check_fused_case(c);
+  if (c.model) fused_model(c, s);
+}
+
+ErrorModel fused_model(const FusedOpCase& c, const FusedSetup& s) {
+  MESHTEST_CHECK(static_cast<bool>(c.model), "fused-op case {}: has no model", c.name);
+  const ErrorModel m = c.model(s);
+  check_model(m, fmt::format("fused-op case {}: model({})", c.name, fused_param_name(s.params)));
+  return m;
 }
 
 std::filesystem::path fused_checkpoint_dir() {
@@ -132,7 +148,7 @@ std::string fused_skip_reason(const FusedOpCase& c, const FusedParams& p) {
 }
 
 FusedInputs make_fused_inputs(const FusedOpCase& c, const FusedSetup& s) {
-  check_fused_case(c);
+  check_fused_case(c, s);
   check_fused_params(s.params);
   FusedInputs in = c.make_inputs(s);
   MESHTEST_CHECK(!in.outputs.empty(), "fused-op case {}: make_inputs gave no output placements",
@@ -275,8 +291,11 @@ bool FusedRunner::replay_is_eager() const { return s_->replay_is_eager; }
 
 // ---- the check -----------------------------------------------------------------------------
 
-FusedCheck compare_fused_outputs(const FusedOpCase& c, const std::vector<Tensor>& expected,
-                                 const std::vector<Tensor>& got, const std::string& label) {
+namespace {
+
+FusedCheck compare_outputs(const FusedOpCase& c, const std::optional<ErrorModel>& model,
+                           const std::vector<Tensor>& expected, const std::vector<Tensor>& got,
+                           const std::string& label) {
   MESHTEST_CHECK(expected.size() == got.size(),
                  "{}: the reference gave {} outputs, the fused op {}", c.name, expected.size(),
                  got.size());
@@ -289,6 +308,18 @@ FusedCheck compare_fused_outputs(const FusedOpCase& c, const std::vector<Tensor>
     }
     r.passed = r.passed && pcc.passed;
     r.pcc.push_back(pcc);
+    if (model) {
+      MESHTEST_CHECK(expected[i].dtype() == model->dtype,
+                     "fused-op case {}: model({}).dtype is {} but output {} is {}", c.name, label,
+                     model->dtype, i, expected[i].dtype());
+      const Comparison m = compare(expected[i], got[i], *model);  // S = max |reference|
+      if (!m.passed) {
+        ADD_FAILURE() << c.name << " (" << label << ") output " << i << ": fused differs from "
+                      << "the reference by more than the error model allows: " << m.str();
+      }
+      r.passed = r.passed && m.passed;
+      r.model.push_back(m);
+    }
     if (c.atol) {
       const Comparison abs = compare(expected[i], got[i], Metric::max_abs, *c.atol);
       const bool max_abs_counts = !c.rtol;  // with rtol, max abs is reported, not checked
@@ -312,10 +343,29 @@ FusedCheck compare_fused_outputs(const FusedOpCase& c, const std::vector<Tensor>
   return r;
 }
 
+}  // namespace
+
+FusedCheck compare_fused_outputs(const FusedOpCase& c, const FusedSetup& s,
+                                 const std::vector<Tensor>& expected,
+                                 const std::vector<Tensor>& got, const std::string& label) {
+  std::optional<ErrorModel> model;
+  if (c.model) model = fused_model(c, s);
+  return compare_outputs(c, model, expected, got, label);
+}
+
+FusedCheck compare_fused_outputs(const FusedOpCase& c, const std::vector<Tensor>& expected,
+                                 const std::vector<Tensor>& got, const std::string& label) {
+  MESHTEST_CHECK(!c.model,
+                 "fused-op case {}: its error model depends on the parameters; compare with "
+                 "compare_fused_outputs(c, setup, expected, got, label)",
+                 c.name);
+  return compare_outputs(c, std::nullopt, expected, got, label);
+}
+
 FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInputs& in,
                        const FusedSetup& s) {
   const FusedParams& p = s.params;
-  check_fused_case(c);
+  check_fused_case(c, s);
   const MeshShape shape = run.shape();
   const std::string label = fmt::format("{} mesh {}x{}{}", fused_param_name(p), shape[0], shape[1],
                                         run.chunked() ? " (device 0's chunk)" : "");
@@ -326,21 +376,25 @@ FusedCheck check_fused(const MeshRun& run, const FusedOpCase& c, const FusedInpu
   MESHTEST_CHECK(got.size() == in.outputs.size(),
                  "{}: the fused op gave {} outputs; make_inputs placed {}", c.name, got.size(),
                  in.outputs.size());
-  if (run.chunked()) return compare_fused_outputs(c, c.reference(s, local), got, label);
+  if (run.chunked()) return compare_fused_outputs(c, s, c.reference(s, local), got, label);
   for (std::size_t i = 0; i < got.size(); ++i) got[i] = gather_full(got[i], mesh, in.outputs[i]);
   FusedCheck r;
   if (mesh.device_id() == 0) {
     std::vector<Tensor> full;
     for (const MeshInput& x : in.inputs) full.push_back(x.full);
-    r = compare_fused_outputs(c, c.reference(s, full), got, label);
+    r = compare_fused_outputs(c, s, c.reference(s, full), got, label);
     for (std::size_t i = 0; i < r.pcc.size(); ++i) {
+      std::string bound;
+      if (!r.model.empty()) {
+        bound = fmt::format(" {} {:.3g} (<= 1)", r.model[i].metric, r.model[i].value);
+      } else if (!r.atol.empty() && r.allclose.empty()) {
+        bound = fmt::format(" max_abs {:.3g} (<= {})", r.atol[i].value, *c.atol);
+      } else if (!r.atol.empty()) {
+        bound = fmt::format(" max_abs {:.3g}, {} elements beyond {} + {} |ref|", r.atol[i].value,
+                            r.allclose[i].value, *c.atol, *c.rtol);
+      }
       fmt::print("{} {} output {}: pcc {:.7f} (>= {}){}\n", c.name, label, i, r.pcc[i].value,
-                 c.expected_pcc,
-                 r.atol.empty() ? ""
-                 : r.allclose.empty()
-                     ? fmt::format(" max_abs {:.3g} (<= {})", r.atol[i].value, *c.atol)
-                     : fmt::format(" max_abs {:.3g}, {} elements beyond {} + {} |ref|",
-                                   r.atol[i].value, r.allclose[i].value, *c.atol, *c.rtol));
+                 c.expected_pcc, bound);
     }
   }
   int passed = r.passed ? 1 : 0;

@@ -95,7 +95,7 @@ perf::Aggregate write_fused_device_perf(std::span<const perf::OpRecord> records,
 std::filesystem::path fused_device_perf(const MeshRun& run, const FusedOpCase& c,
                                         const FusedInputs& in, const FusedSetup& s,
                                         const std::filesystem::path& dir) {
-  check_fused_case(c);
+  check_fused_case(c, s);
   const MeshDevice& mesh = run.mesh();
   FusedRunner runner(mesh, c.fused, s, chunks_of(in.inputs, run.shape(), run.coord()));
   const std::vector<perf::OpRecord> mine = profile_iterations(runner);
@@ -120,7 +120,7 @@ std::string ccl_skip_reason(std::span<const perf::OpRecord> records) {
 SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, const FusedInputs& in,
                                     const FusedSetup& s, const std::filesystem::path& multi_report,
                                     const std::filesystem::path& dir) {
-  check_fused_case(c);
+  check_fused_case(c, s);
   if (run.mesh().device_id() != 0) return {};
   const perf::OpsReport multi = perf::read_ops_csv(multi_report);
   SingleDeviceRun r;
@@ -144,7 +144,7 @@ SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, co
   FusedRunner runner(one, c.fused, s, chunk);
   write_fused_device_perf(profile_iterations(runner), c.name, dir, label);
   r.report = dir / fmt::format("ops_perf_{}.csv", c.name);
-  r.check = compare_fused_outputs(c, c.reference(s, chunk), runner.run(), label);
+  r.check = compare_fused_outputs(c, s, c.reference(s, chunk), runner.run(), label);
   r.shapes = perf::compare_shapes(perf::read_ops_csv(r.report), multi);
   if (!r.shapes.ok) {
     std::string problems;

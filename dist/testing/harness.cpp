@@ -16,6 +16,7 @@
 #include "dist/testing/crash.hpp"
 #include "dist/testing/listener.hpp"
 #include "dist/testing/output.hpp"
+#include "src/core/eigen_cache.hpp"
 
 namespace meshtest::dist::testing {
 
@@ -38,9 +39,15 @@ void configure() {
 }
 
 int run(int& argc, char** argv) {
+  // Another processor's GEMM blocking; a malformed value throws on every rank alike.
+  const std::optional<CacheSizes> cache = apply_eigen_cache_env();
   configure();
   const detail::Config& c = config();
   const bool redirected = detail::setup_rank_output(c.rank, c.size);
+  if (c.rank == 0 && cache) {
+    std::printf("[meshtest] Eigen's GEMM blocking as for caches of %s (MESHTEST_EIGEN_CACHE)\n",
+                cache->str().c_str());
+  }
   ::testing::InitGoogleTest(&argc, argv);
   detail::install_listeners();
   detail::agree_on_random_seed();

@@ -30,6 +30,12 @@ std::string describe_inputs(const std::vector<ShardedInput>& inputs) {
 
 }  // namespace
 
+Comparison MatchOptions::compare(const Tensor& expected, const Tensor& got) const {
+  if (model) return meshtest::compare(expected, got, *model);
+  if (tolerance) return meshtest::compare(expected, got, *tolerance);
+  return meshtest::compare(expected, got, metric, threshold);
+}
+
 Comparison expect_matches_single_device(const MeshDevice& mesh,
                                         const std::vector<ShardedInput>& inputs,
                                         const ReferenceFn& reference, const ShardedFn& sharded,
@@ -49,8 +55,7 @@ Comparison expect_matches_single_device(const MeshDevice& mesh,
       full.push_back(in.full);
     }
     const Tensor expected = reference(full);
-    c = options.tolerance ? compare(expected, got, *options.tolerance)
-                          : compare(expected, got, options.metric, options.threshold);
+    c = options.compare(expected, got);
     if (const int axis = sharded_axis(output); axis >= 0) {
       attach_owner(c, std::get<Shard>(output[static_cast<std::size_t>(axis)]).dim,
                    mesh.axis_size(axis));

@@ -9,6 +9,7 @@
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/shard/placement.hpp"
 #include "src/check/compare.hpp"
+#include "src/check/tolerance.hpp"
 #include "src/core/tensor.hpp"
 
 namespace meshtest::dist::testing {
@@ -22,9 +23,15 @@ struct ShardedInput {
 /// How the gathered result is compared with the reference.
 struct MatchOptions {
   Metric metric = Metric::pcc;                        ///< see meshtest::Metric for the pass rule
-  double threshold = 0.9999;                          ///< ignored for allclose and exact
+  double threshold = 0.9999;                          ///< ignored for allclose, exact and model
   std::optional<Tolerance> tolerance = std::nullopt;  ///< set: compare by allclose under it
-  std::string label = {};                             ///< the test's parameters, printed on failure
+  /// set: compare under the error model, with the tensor's scale max |expected| (the metric,
+  /// threshold and tolerance are then ignored; src/check/tolerance.hpp)
+  std::optional<ErrorModel> model = std::nullopt;
+  std::string label = {};  ///< the test's parameters, printed on failure
+
+  /// compare(expected, got) under the model, else the tolerance, else the metric.
+  Comparison compare(const Tensor& expected, const Tensor& got) const;
 };
 
 /// The reference: the single-device op on the full inputs, in order.

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "dist/parallel/expert_parallel.hpp"
+#include "src/check/compare.hpp"
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/gpt_oss_weights.hpp"
@@ -193,25 +195,55 @@ inline Tensor expert_slice(const Tensor& full, const std::vector<std::int64_t>& 
   return out;
 }
 
-/// Expects max |got − want| <= tol · max(1, max |want|) with tol 1e-5 for f32, 1e-12 for f64,
-/// and equal shapes.
-inline void expect_close(const Tensor& got, const Tensor& want, const std::string& label) {
+/// n of the error model (src/check/tolerance.hpp) for each result of a problem: the terms added
+/// to make one element, over the chain of reductions behind it.
+struct ChainTerms {
+  std::int64_t block = 1;             ///< the block output (forward)
+  std::int64_t grad_t = 1;            ///< MoeGrads::t
+  std::int64_t grad_weights = 1;      ///< MoeGrads::weights
+  std::int64_t grad_mlp1 = 1;         ///< MoeGrads::mlp1_weight and mlp1_bias
+  std::int64_t grad_mlp2_weight = 1;  ///< MoeGrads::mlp2_weight
+  std::int64_t grad_mlp2_bias = 1;    ///< MoeGrads::mlp2_bias
+};
+
+/// The terms of `pb`'s results with the intermediate units split over a TP axis of `tp` devices.
+inline ChainTerms chain_terms(const Problem& pb, int tp) {
+  const std::int64_t h = pb.config.hidden_size, i = pb.config.intermediate_size;
+  const std::int64_t k = pb.config.experts_per_token, tokens = pb.x.shape()[0];
+  // An expert's output y: mlp1 over hidden with its bias, mlp2 over the I units (each TP
+  // device's partial, then the all_reduce over tp).
+  const std::int64_t y = h + 1 + i + tp;
+  // dh, the grad of mlp1's output: mlp1 again (h + 1, through swiglu's derivative) and the
+  // grad of the activation, mlp2ᵀ over hidden.
+  const std::int64_t dh = h + 1 + h;
+  return {
+      // rms_norm's sum of squares, the router logits (hidden + bias), y, the combine over the k
+      // slots (each with its mlp2 bias) and the residual.
+      .block = h + h + 1 + y + 2 * k + 1,
+      // mlp1ᵀ over the 2·I units of each of the k experts (TP partials all_reduced over tp).
+      .grad_t = dh + 2 * i * k + tp,
+      // grad_out · (y + mlp2 bias) over hidden.
+      .grad_weights = y + 1 + h,
+      // dh (or dh ⊗ t) summed over the tokens routed to the expert.
+      .grad_mlp1 = dh + tokens,
+      // the activation (mlp1 over hidden with its bias) ⊗ weighted grad_out, over the tokens.
+      .grad_mlp2_weight = h + 1 + tokens,
+      .grad_mlp2_bias = tokens,
+  };
+}
+
+/// Expects `got` within the error model of `want` (src/check/tolerance.hpp): the same f32 or f64
+/// computation in another order, `terms` terms per element over its chain (chain_terms), with
+/// the tensor's scale max |want| (the problems' inputs are zero-mean random). Equal shapes and
+/// dtypes required.
+inline void expect_close(const Tensor& got, const Tensor& want, std::int64_t terms,
+                         const std::string& label) {
   ASSERT_EQ(got.shape(), want.shape()) << label;
   ASSERT_EQ(got.dtype(), want.dtype()) << label;
-  const double tol = want.dtype() == DType::f64 ? 1e-12 : 1e-5;
-  double scale = 1.0, worst = 0.0;
-  std::int64_t at = -1, nans = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    scale = std::max(scale, std::abs(want.item(i)));
-    const double err = std::abs(got.item(i) - want.item(i));
-    nans += std::isnan(err) ? 1 : 0;
-    if (err > worst) {
-      worst = err;
-      at = i;
-    }
-  }
-  EXPECT_EQ(nans, 0) << label << ": NaN in " << describe(got);
-  EXPECT_LE(worst, tol * scale) << label << ": worst at flat " << at << " of " << describe(want);
+  ASSERT_TRUE(want.dtype() == DType::f32 || want.dtype() == DType::f64) << label;
+  const ErrorModel m{.dtype = want.dtype(), .terms = terms, .reference = Reference::other_order};
+  const Comparison c = compare(want, got, m);
+  EXPECT_TRUE(c.passed) << label << ": " << c;
 }
 
 }  // namespace meshtest::dist::ep_test

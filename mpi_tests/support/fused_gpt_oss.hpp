@@ -74,6 +74,10 @@ inline std::int64_t tokens(const FusedSetup& s) { return s.params.seqlen; }
 inline std::int64_t first_position(const FusedSetup& s) {
   return s.params.mode == FusedMode::decode ? kDecodeContext : 0;
 }
+/// Keys the run's queries attend over: the cached context and the new tokens.
+inline std::int64_t keys(const FusedSetup& s) { return first_position(s) + tokens(s); }
+/// Devices of the TP axis (axis 1 of the configuration).
+inline std::int64_t tp_size(const FusedSetup& s) { return s.mesh[1]; }
 
 /// The TP shard of attention tensor qkv.weight or qkv.bias (`which`) that device `coord` of a
 /// mesh holds with TP over axis 1: the rows of its q, k and v heads, by

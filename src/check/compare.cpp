@@ -13,15 +13,6 @@
 namespace meshtest {
 namespace {
 
-std::vector<std::int64_t> unravel(const Shape& shape, std::int64_t flat) {
-  std::vector<std::int64_t> coord(static_cast<std::size_t>(shape.rank()));
-  for (int d = shape.rank() - 1; d >= 0; --d) {
-    coord[static_cast<std::size_t>(d)] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return coord;
-}
-
 void append_note(Comparison& c, const std::string& note) {
   c.note += c.note.empty() ? note : "; " + note;
 }
@@ -79,7 +70,7 @@ void compare_exact(Comparison& c, const Tensor& expected, const Tensor& got) {
 Comparison finish(Comparison c, const Eigen::ArrayXd& e, const Eigen::ArrayXd& g) {
   c.passed = c.passed && c.nan_or_inf_count == 0;
   if (c.worst_index >= 0) {
-    c.worst_coord = unravel(c.shape, c.worst_index);
+    c.worst_coord = unravel_index(c.shape, c.worst_index);
     c.expected_at_worst = e(c.worst_index);
     c.got_at_worst = g(c.worst_index);
   }
@@ -87,6 +78,15 @@ Comparison finish(Comparison c, const Eigen::ArrayXd& e, const Eigen::ArrayXd& g
 }
 
 }  // namespace
+
+std::vector<std::int64_t> unravel_index(const Shape& shape, std::int64_t flat) {
+  std::vector<std::int64_t> coord(static_cast<std::size_t>(shape.rank()));
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    coord[static_cast<std::size_t>(d)] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return coord;
+}
 
 std::string_view metric_name(Metric m) {
   switch (m) {
@@ -104,6 +104,8 @@ std::string_view metric_name(Metric m) {
       return "ulp";
     case Metric::exact:
       return "exact";
+    case Metric::model:
+      return "model";
   }
   return "?";
 }
@@ -113,6 +115,9 @@ Comparison compare(const Tensor& expected, const Tensor& got, Metric metric, dou
   MESHTEST_CHECK(metric != Metric::allclose,
                  "compare: Metric::allclose takes tolerances, not a threshold; call "
                  "compare(expected, got, Tolerance{{.rtol = ..., .atol = ...}})");
+  MESHTEST_CHECK(metric != Metric::model,
+                 "compare: Metric::model takes an ErrorModel, not a threshold; call "
+                 "compare(expected, got, ErrorModel{{...}}) (src/check/tolerance.hpp)");
   const Eigen::ArrayXd e = to_f64(expected), g = to_f64(got);
   Comparison c = scan(expected, e, g);
   c.metric = metric_name(metric);
@@ -136,6 +141,7 @@ Comparison compare(const Tensor& expected, const Tensor& got, Metric metric, dou
       break;
     case Metric::exact:
     case Metric::allclose:
+    case Metric::model:
       break;
   }
   if (metric == Metric::exact) {

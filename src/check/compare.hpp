@@ -24,9 +24,11 @@ namespace meshtest {
 ///   ulp       value = ulp_distance();   passes when value <= threshold.
 ///   exact     value = elements whose bytes differ; passes only when dtype, shape and bytes are
 ///             equal (the threshold is ignored and reported as 0).
-enum class Metric { pcc, allclose, nmse, max_abs, max_rel, ulp, exact };
+///   model     value = max over elements of |got - expected| / the error model's bound; passes
+///             when value <= 1 (only through the ErrorModel overloads of src/check/tolerance.hpp).
+enum class Metric { pcc, allclose, nmse, max_abs, max_rel, ulp, exact, model };
 
-/// "pcc", "allclose", "nmse", "max_abs", "max_rel", "ulp", "exact".
+/// "pcc", "allclose", "nmse", "max_abs", "max_rel", "ulp", "exact", "model".
 std::string_view metric_name(Metric m);
 
 /// The outcome of compare(). The worst element is argmax abs_error(expected, got) (first on
@@ -58,6 +60,9 @@ struct Comparison {
 Comparison compare(const Tensor& expected, const Tensor& got, Metric metric, double threshold);
 /// Compares by allclose under `tol`: value = number of elements not close, threshold 0.
 Comparison compare(const Tensor& expected, const Tensor& got, const Tolerance& tol);
+
+/// The coordinates of row-major element `flat` of `shape`.
+std::vector<std::int64_t> unravel_index(const Shape& shape, std::int64_t flat);
 
 /// The device that owns element `flat_index` of a tensor of shape `global` sharded along `dim`
 /// over `devices` devices by the array_split rule (split_range). Negative `dim` counts from the

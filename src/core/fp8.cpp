@@ -10,19 +10,19 @@ namespace meshtest {
 
 namespace {
 
-struct Layout {
+struct Fp8Layout {
   int mantissa_bits;
   int bias;
   std::uint8_t max_code;  ///< the largest finite value's code
   bool ieee;              ///< an all-ones exponent field holds inf and NaN (e5m2)
 };
 
-constexpr Layout layout(Fp8Format f) {
-  return f == Fp8Format::e4m3fn ? Layout{3, 7, 0x7e, false} : Layout{2, 15, 0x7b, true};
+constexpr Fp8Layout layout(Fp8Format f) {
+  return f == Fp8Format::e4m3fn ? Fp8Layout{3, 7, 0x7e, false} : Fp8Layout{2, 15, 0x7b, true};
 }
 
 float decode_slow(std::uint8_t code, Fp8Format f) {
-  const Layout l = layout(f);
+  const Fp8Layout l = layout(f);
   const int exponent_mask = (1 << (7 - l.mantissa_bits)) - 1;
   const int e = (code >> l.mantissa_bits) & exponent_mask;
   const int m = code & ((1 << l.mantissa_bits) - 1);
@@ -63,7 +63,7 @@ float fp8_max(Fp8Format f) { return f == Fp8Format::e4m3fn ? 448.0f : 57344.0f; 
 float fp8_decode(std::uint8_t code, Fp8Format f) { return table(f)[code]; }
 
 std::uint8_t fp8_encode(float x, Fp8Format f) {
-  const Layout l = layout(f);
+  const Fp8Layout l = layout(f);
   const auto sign = static_cast<std::uint8_t>(std::signbit(x) ? 0x80 : 0);
   if (std::isnan(x)) return static_cast<std::uint8_t>(sign | 0x7f);
   const double a = std::fabs(static_cast<double>(x));

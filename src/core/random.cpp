@@ -72,11 +72,11 @@ std::int64_t sample(const Integers& d, RandomKey key, std::uint64_t i) {
 
 // Which global flat indices an output covers: for o < outer, j < size, k < inner the
 // output element (o, j, k) is global index (o * n + start + j) * inner + k.
-struct Layout {
+struct SliceLayout {
   std::uint64_t outer = 1, n = 0, start = 0, size = 0, inner = 1;
 };
 
-Tensor generate_layout(Shape out_shape, const Layout& l, DType dtype, RandomKey key,
+Tensor generate_layout(Shape out_shape, const SliceLayout& l, DType dtype, RandomKey key,
                        const Distribution& dist) {
   check_distribution(dist, dtype);
   Tensor t(out_shape, dtype);
@@ -155,11 +155,11 @@ Tensor generate_slice(Shape global, int dim, Range r, DType dtype, RandomKey key
   MESHTEST_CHECK(r.start >= 0 && r.size >= 0 && r.start + r.size <= global[d],
                  "generate_slice: [{}, {}) out of range along dim {} of global shape {}", r.start,
                  r.start + r.size, d, global);
-  const Layout l{.outer = static_cast<std::uint64_t>(global.outer(d)),
-                 .n = static_cast<std::uint64_t>(global[d]),
-                 .start = static_cast<std::uint64_t>(r.start),
-                 .size = static_cast<std::uint64_t>(r.size),
-                 .inner = static_cast<std::uint64_t>(global.inner(d))};
+  const SliceLayout l{.outer = static_cast<std::uint64_t>(global.outer(d)),
+                      .n = static_cast<std::uint64_t>(global[d]),
+                      .start = static_cast<std::uint64_t>(r.start),
+                      .size = static_cast<std::uint64_t>(r.size),
+                      .inner = static_cast<std::uint64_t>(global.inner(d))};
   return generate_layout(global.with(d, r.size), l, dtype, key, dist);
 }
 

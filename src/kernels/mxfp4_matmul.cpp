@@ -14,7 +14,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string>
+#include <utility>
 
+#include "src/check/tolerance.hpp"
 #include "src/core/error.hpp"
 #include "src/core/random.hpp"
 #include "src/ops/mxfp4.hpp"
@@ -22,6 +25,21 @@
 namespace meshtest::kernels {
 
 namespace {
+
+/// A configuration's tolerance on the normwise max relative error (family.hpp): the error
+/// model's bound (src/check/tolerance.hpp) per unit of the output's scale max |r|, for an f32
+/// result against the exact f64 reference. Terms per element: the k products (decoding and the
+/// power-of-two block scales are exact in f32). The operands are zero-mean random, so max |r| is
+/// the partial sums' magnitude.
+double tolerance(std::int64_t k) {
+  const ErrorModel m{.dtype = DType::f32, .terms = k, .reference = Reference::exact};
+  return error_bound(m, 1.0, 1.0);
+}
+
+/// A configuration in MXFP4's own blocks of 32.
+Config config(std::string name, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return {std::move(name), m, n, k, kMxfp4BlockValues, tolerance(k)};
+}
 
 using MatrixF = RowMatrix<float>;
 using MatrixD = RowMatrix<double>;
@@ -39,7 +57,7 @@ const std::array<float, 16>& e2m1_table() {
   return t;
 }
 
-Inputs make(const Config& c) {
+Inputs make_mxfp4_inputs(const Config& c) {
   MESHTEST_CHECK(c.k % kMxfp4BlockValues == 0, "mxfp4_matmul: k {} is not a multiple of 32", c.k);
   Tensor x = random_normal(Shape({c.m, c.k}), DType::f32, {.seed = 2027, .stream = 1});
   const Tensor w =
@@ -161,7 +179,7 @@ Family mxfp4_matmul_family() {
       .description =
           "y = x · decode(w)ᵀ, x f32 [t, k], w MXFP4 [n, k] (e2m1 in blocks of 32, "
           "e8m0 scales), as the gpt-oss experts",
-      .make_inputs = make,
+      .make_inputs = make_mxfp4_inputs,
       .reference = mxfp4_matmul_reference,
       .versions = {{"v1", "decode the whole weight to f32, one f32 GEMM", mxfp4_matmul_v1},
                    {"v2",
@@ -172,17 +190,11 @@ Family mxfp4_matmul_family() {
                     "fused by panels: 64 rows decoded (scale folded in) into a cached "
                     "panel, then an f32 GEMM",
                     mxfp4_matmul_v3}},
-      // block: MXFP4's own 32 (not a parameter of this family).
-      .configs = {{"decode t=1", 1, 2880, 2880, 32, 1e-5},
-                  {"decode t=4", 4, 2880, 2880, 32, 1e-5},
-                  {"decode t=8", 8, 2880, 2880, 32, 1e-5},
-                  {"prefill t=128", 128, 2880, 2880, 32, 1e-5},
-                  {"non-aligned n", 8, 1000, 2880, 32, 1e-5},
-                  {"square 2048", 2048, 2048, 2048, 32, 1e-5}},
-      .quick_configs = {{"one token", 1, 64, 96, 32, 1e-5},
-                        {"few tokens", 5, 70, 128, 32, 1e-5},
-                        {"one block", 3, 1, 32, 32, 1e-5},
-                        {"panels", 16, 130, 64, 32, 1e-5}},
+      .configs = {config("decode t=1", 1, 2880, 2880), config("decode t=4", 4, 2880, 2880),
+                  config("decode t=8", 8, 2880, 2880), config("prefill t=128", 128, 2880, 2880),
+                  config("non-aligned n", 8, 1000, 2880), config("square 2048", 2048, 2048, 2048)},
+      .quick_configs = {config("one token", 1, 64, 96), config("few tokens", 5, 70, 128),
+                        config("one block", 3, 1, 32), config("panels", 16, 130, 64)},
       .flops = [](const Config& c) { return 2.0 * static_cast<double>(c.m * c.n * c.k); },
   };
 }

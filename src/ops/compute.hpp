@@ -16,6 +16,10 @@ namespace meshtest::detail {
 template <class S>
 using compute_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
+/// A read-only row-major view with a row stride: one head's rows inside a [T, heads, d] tensor.
+template <class C>
+using StridedRowMap = Eigen::Map<const RowMatrix<C>, 0, Eigen::OuterStride<>>;
+
 /// Rounds a compute-type value to storage type S and back: the rounding a PyTorch op with
 /// S outputs applies. Identity for f32 and f64.
 template <class S>

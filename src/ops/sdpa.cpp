@@ -15,9 +15,6 @@ namespace {
 using detail::compute_t;
 using detail::round_all;
 
-template <class C>
-using StridedMap = Eigen::Map<const RowMatrix<C>, 0, Eigen::OuterStride<>>;
-
 // Softmax of row `i` of `logits` over its visible keys plus the sink, in place; masked keys
 // get weight 0.
 template <class C>
@@ -62,9 +59,12 @@ Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   RowMatrix<C> logits(tq, tk);
   for (Eigen::Index h = 0; h < heads; ++h) {
     const Eigen::Index g = h / q_per_kv;
-    const StridedMap<C> qh(qm.map().data() + h * d, tq, d, Eigen::OuterStride<>(heads * d));
-    const StridedMap<C> kg(km.map().data() + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
-    const StridedMap<C> vg(vm.map().data() + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const detail::StridedRowMap<C> qh(qm.map().data() + h * d, tq, d,
+                                      Eigen::OuterStride<>(heads * d));
+    const detail::StridedRowMap<C> kg(km.map().data() + g * d, tk, d,
+                                      Eigen::OuterStride<>(kv_heads * d));
+    const detail::StridedRowMap<C> vg(vm.map().data() + g * d, tk, d,
+                                      Eigen::OuterStride<>(kv_heads * d));
     logits.noalias() = qh * kg.transpose();
     round_all<S>(logits);
     logits *= scale;

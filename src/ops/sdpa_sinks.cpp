@@ -23,8 +23,6 @@ namespace {
 using detail::compute_t;
 
 template <class C>
-using StridedMap = Eigen::Map<const RowMatrix<C>, 0, Eigen::OuterStride<>>;
-template <class C>
 using Column = Eigen::Array<C, Eigen::Dynamic, 1>;
 
 // The state of one query tile. Row r = i * q_per_kv + m holds query i0 + i, head g * q_per_kv + m
@@ -178,8 +176,8 @@ double run_sdpa_sinks(SdpaSinksPlan<S>& p) {
   Tile<C>& t = p.tile;
   double flops = 0;
   for (Eigen::Index g = 0; g < kv_heads; ++g) {
-    const StridedMap<C> kg(kc + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
-    const StridedMap<C> vg(vc + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const detail::StridedRowMap<C> kg(kc + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
+    const detail::StridedRowMap<C> vg(vc + g * d, tk, d, Eigen::OuterStride<>(kv_heads * d));
     const Eigen::Map<const Column<C>> group_sinks(sc + g * q_per_kv, q_per_kv);
     for (Eigen::Index i0 = 0; i0 < tq; i0 += block) {
       const Eigen::Index nq = std::min(block, tq - i0);

@@ -7,7 +7,8 @@
 #   package-test   ctest of the example built by `package` (np 1 2 3 4);
 #   subdir         build examples/row_parallel_linear with meshtest's sources added by
 #                  add_subdirectory (-DMESHTEST_SOURCE_DIR=<repo>: only meshtest's libraries
-#                  compile, at -O0: the plumbing is under test, not the optimizer);
+#                  compile, at -O0 and as a unity build: the plumbing is under test, not the
+#                  optimizer);
 #   subdir-test    ctest of the example built by `subdir`;
 #   rank-failure   run docs/examples/external_test at np 4 under mpirun (60 s timeout) and
 #                  assert: non-zero exit, done within 30 s, output names "[rank 1/4]";
@@ -124,8 +125,10 @@ phase_package() {
 
 phase_subdir() {
   step "examples/row_parallel_linear with add_subdirectory($root)"
-  # No build type: -O0 without -g compiles meshtest's libraries fastest.
-  build_example "$example" "$work/subdir" -DMESHTEST_SOURCE_DIR="$root" -DCMAKE_BUILD_TYPE=
+  # No build type: -O0 without -g compiles meshtest's libraries fastest, and a unity build
+  # instantiates Eigen's templates once per batch of their sources instead of once per file.
+  build_example "$example" "$work/subdir" -DMESHTEST_SOURCE_DIR="$root" -DCMAKE_BUILD_TYPE= \
+    -DCMAKE_UNITY_BUILD=ON
   local t
   for t in meshtest-demo test_ccl meshtest-bench; do  # the parent gets meshtest's libraries only
     [[ ! -e "$work/subdir/meshtest/bin/$t" && ! -e "$work/subdir/meshtest/mpi_tests/$t" ]] ||

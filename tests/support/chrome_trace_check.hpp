@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -65,11 +66,14 @@ inline std::vector<std::string> chrome_trace_problems(const nlohmann::json& j) {
   for (std::int64_t pid : used) {
     if (!named.count(pid)) bad.push_back("pid " + std::to_string(pid) + " has no process_name");
   }
-  // One device runs its leaf ops one after another: complete events must not overlap.
+  // One device runs its leaf ops one after another: complete events must not overlap. ts and
+  // dur are ns / 1000, each rounded, so an op's end may pass the next ts by a few ulps of its
+  // size (beyond 1e-9 us once ts reaches ~1e7 us).
   for (auto& [pid, s] : spans) {
     std::sort(s.begin(), s.end());
     for (std::size_t k = 1; k < s.size(); ++k) {
-      if (s[k - 1].first + s[k - 1].second > s[k].first + 1e-9) {
+      const double end = s[k - 1].first + s[k - 1].second;
+      if (end > s[k].first + 1e-9 + 4 * std::ldexp(std::abs(end), -52)) {
         bad.push_back("overlapping X events on pid " + std::to_string(pid));
       }
     }

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/core/tensor.hpp"
 #include "src/dp/modes.hpp"
@@ -106,6 +109,72 @@ inline DpReference dp_reference(const dp::Sequential& model, const Tensor& x, co
 
 inline Tensor as_tensor(const std::vector<double>& v) {
   return Tensor::from_vector(Shape{static_cast<std::int64_t>(v.size())}, v);
+}
+
+/// The error model's n (src/check/tolerance.hpp) for the DP results of `model` on x [B, (T,) d]:
+/// the terms added to make one element over its whole chain. `layers` counts the reductions of
+/// the forward and backward passes: a Linear sums over its inputs forward (+1 for the bias) and
+/// its outputs backward, an RMSNorm over its width both ways; `outputs` is the loss's (ce's
+/// softmax over the classes).
+struct DpTerms {
+  std::int64_t norm = 1;     ///< a per-sample norm or clip coefficient: layers + outputs + T²
+                             ///< (ghost's Gram sum; direct sums T) + P (each parameter element
+                             ///< squared)
+  std::int64_t clipped = 1;  ///< a clipped sum Σ_i c_i ∇ℓ_i: norm (through c_i) + B T; also
+                             ///< covers a non-private gradient (layers + outputs + B T)
+};
+
+inline DpTerms dp_terms(const dp::Sequential& model, const Tensor& x) {
+  const std::int64_t batch = x.shape()[0], seq = x.rank() == 3 ? x.shape()[1] : 1;
+  std::int64_t layers = 0, params = 0;
+  for (const dp::Param* p : model.parameters()) {
+    params += p->shape.numel();
+    if (p->shape.rank() == 2) {
+      layers += p->shape[0] + p->shape[1];  // a Linear's weight [out, in]
+    } else if (p->name.ends_with("bias")) {
+      layers += 1;
+    } else {
+      layers += 2 * p->shape[0];  // an RMSNorm's scale [d]
+    }
+  }
+  const std::int64_t outputs = model.out_features(x.shape()[x.rank() - 1]);
+  const std::int64_t norm = layers + outputs + seq * seq + params;
+  return {.norm = norm, .clipped = norm + batch * seq};
+}
+
+/// The magnitude of clip coefficient i's terms, for compare(model) of coefficients computed from
+/// norms whose bound is relative to the largest norm: c_i = C / (‖∇ℓ_i‖ + 1e-6) carries its
+/// norm's relative error, so its bound scales with c_i · max_j ‖∇ℓ_j‖ / ‖∇ℓ_i‖ (c_i itself for
+/// a zero norm, whose c_i = 1 exactly).
+inline Tensor coef_scale(const Tensor& norms, const Tensor& coef) {
+  double largest = 0;
+  for (std::int64_t i = 0; i < norms.numel(); ++i) largest = std::max(largest, norms.item(i));
+  Tensor s(coef.shape(), DType::f64);
+  for (std::int64_t i = 0; i < coef.numel(); ++i) {
+    const double n = norms.item(i), c = coef.item(i);
+    s.span<double>()[static_cast<std::size_t>(i)] = n > 0 ? c * largest / n : c;
+  }
+  return s;
+}
+inline Tensor coef_scale(const DpReference& r) {
+  return coef_scale(as_tensor(r.norms), as_tensor(r.coef));
+}
+
+/// Expects `got` within `m` of `want` (src/check/tolerance.hpp), with each element's `scale`
+/// (default: the tensor's scale max |want|).
+inline void expect_within(const Tensor& want, const Tensor& got, const ErrorModel& m,
+                          const std::string& what,
+                          const std::optional<Tensor>& scale = std::nullopt) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const Comparison c = scale ? compare(want, got, m, *scale) : compare(want, got, m);
+  EXPECT_TRUE(c.passed) << what << ": " << c;
+}
+
+/// max |t| over the elements (0 when empty).
+inline double max_abs(const Tensor& t) {
+  double m = 0;
+  for (std::int64_t j = 0; j < t.numel(); ++j) m = std::max(m, std::abs(t.item(j)));
+  return m;
 }
 
 }  // namespace meshtest::test_support
