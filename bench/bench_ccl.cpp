@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 
 #include "bench/bench_common.hpp"
 #include "bench/ccl_bench.hpp"
+#include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
@@ -77,12 +79,13 @@ ReduceOp parse_redop(const std::string& s) {
   fail("-o: unknown reduce op '{}' (expected sum, max, min or avg)", s);
 }
 
-std::vector<Op> parse_ops(const std::string& s) {
-  std::vector<Op> out;
+std::vector<CclOp> parse_ops(const std::string& s) {
+  std::vector<CclOp> out;
   std::stringstream in(s);
   for (std::string name; std::getline(in, name, ',');) {
     if (name == "all") return {std::begin(kOps), std::end(kOps)};
-    const auto it = std::ranges::find_if(kOps, [&](Op o) { return info(o).name == name; });
+    const auto it =
+        std::ranges::find_if(kOps, [&](CclOp o) { return dist::ccl_case(o).name == name; });
     MESHTEST_CHECK(it != std::end(kOps),
                    "--op: unknown op '{}' (expected all_reduce, all_gather, reduce_scatter, "
                    "all_to_all or all)",
@@ -95,55 +98,66 @@ std::vector<Op> parse_ops(const std::string& s) {
 
 // ------------------------------------------------------------------------- measuring
 
-Tensor run_meshtest(const MeshDevice& mesh, Op op, const Tensor& x, const Options& o) {
-  const int d = x.rank() - 1;
-  switch (op) {
-    case Op::all_reduce:
-      return dist::all_reduce(mesh, x, {.op = o.redop});
-    case Op::all_gather:
-      return dist::all_gather(mesh, x, {.dim = d});
-    case Op::reduce_scatter:
-      return dist::reduce_scatter(mesh, x, {.dim = d, .op = o.redop});
-    case Op::all_to_all:
-      return dist::all_to_all(mesh, x, {.split_dim = d, .concat_dim = d});
-  }
-  return {};
+/// The layout of one size: every tensor is [rows, cols] (1-D [cols] along dim 0); the op
+/// splits or concatenates the last dim, whose local block has `block` columns.
+struct Layout {
+  std::int64_t rows = 1, cols = 0, block = 0;  // cols: of the whole (gathered / reduced) tensor
+  Shape shape(std::int64_t c) const { return rows == 1 ? Shape{c} : Shape{rows, c}; }
+};
+
+/// The table's call of `op` at layout l on the line's p devices, along the last dim: every
+/// input is [rows, cols], all_gather's [rows, block].
+dist::CclCall call_of(const Layout& l, CclOp op, const Options& o, int p) {
+  const Shape in = l.shape(op == CclOp::all_gather ? l.block : l.cols);
+  std::vector<int> devices(static_cast<std::size_t>(p));
+  std::iota(devices.begin(), devices.end(), 0);
+  return {.op = op,
+          .dtype = o.dtype,
+          .reduce = o.redop,
+          .devices = std::move(devices),
+          .shape = in,
+          .dim = in.rank() - 1,
+          .concat_dim = in.rank() - 1};
 }
 
 /// The direct MPI call on the same bytes: x contiguous in, `out` contiguous out.
-void run_mpi(MPI_Comm comm, Op op, const Tensor& x, Tensor& out, const Options& o, int p) {
+void run_mpi(MPI_Comm comm, CclOp op, const Tensor& x, Tensor& out, const Options& o, int p) {
   const MPI_Datatype t = dist::detail::mpi_type(x.dtype());
   const auto n = static_cast<int>(x.numel());
   switch (op) {
-    case Op::all_reduce:
+    case CclOp::all_reduce:
       MESHTEST_MPI(MPI_Allreduce(x.bytes(), out.bytes(), n, t,
                                  dist::detail::mpi_op(o.redop, x.dtype()), comm));
       return;
-    case Op::all_gather:
+    case CclOp::all_gather:
       MESHTEST_MPI(MPI_Allgather(x.bytes(), n, t, out.bytes(), n, t, comm));
       return;
-    case Op::reduce_scatter:
+    case CclOp::reduce_scatter:
       MESHTEST_MPI(MPI_Reduce_scatter_block(x.bytes(), out.bytes(), n / p, t,
                                             dist::detail::mpi_op(o.redop, x.dtype()), comm));
       return;
-    case Op::all_to_all:
+    case CclOp::all_to_all:
       MESHTEST_MPI(MPI_Alltoall(x.bytes(), n / p, t, out.bytes(), n / p, t, comm));
       return;
+    default:
+      fail("meshtest-bench ccl: no direct MPI call for {}", dist::ccl_case(op).name);
   }
 }
 
-Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o) {
+Row measure(const MeshDevice& mesh, CclOp op, std::int64_t bytes, const Options& o) {
   const int p = mesh.size(), me = mesh.device_id();
+  const dist::CclCase& cc = dist::ccl_case(op);
   const auto e = static_cast<std::int64_t>(dtype_size(o.dtype));
-  const std::int64_t unit = (o.dim == 0 ? 1 : o.rows) * (op == Op::all_reduce ? 1 : p);
+  const std::int64_t unit = (o.dim == 0 ? 1 : o.rows) * (op == CclOp::all_reduce ? 1 : p);
   const std::int64_t n = std::max<std::int64_t>(1, bytes / e / unit) * unit;
   Layout l{.rows = o.dim == 0 ? 1 : o.rows, .cols = 0, .block = 0};
   l.cols = n / l.rows;
-  l.block = op == Op::all_reduce ? l.cols : l.cols / p;
-  const Tensor x = make_input(l, op, me, o.dtype);
-  Tensor mpi_out(l.shape(op == Op::reduce_scatter ? l.block : l.cols), o.dtype);
+  l.block = op == CclOp::all_reduce ? l.cols : l.cols / p;
+  const dist::CclCall call = call_of(l, op, o, p);
+  const Tensor x = cc.input(call, me);
+  Tensor mpi_out(l.shape(op == CclOp::reduce_scatter ? l.block : l.cols), o.dtype);
   // Each output lives for one iteration, as in a loop body that uses it and moves on.
-  auto ours = [&] { (void)run_meshtest(mesh, op, x, o); };
+  auto ours = [&] { (void)cc.run(mesh, x, call); };
   auto theirs = [&] { run_mpi(mesh.comm(), op, x, mpi_out, o, p); };
   for (int i = 0; i < o.warmup; ++i) ours(), theirs();
   // Alternate short windows of both and keep each one's best window: noise from other
@@ -158,7 +172,7 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
     t = std::min(t, time_per_call(mesh.comm(), per, ours));
     t_mpi = std::min(t_mpi, time_per_call(mesh.comm(), per, theirs));
   }
-  Row row{.op = op, .bytes = n * e, .count = op == Op::all_reduce ? n : n / p};
+  Row row{.op = op, .bytes = n * e, .count = op == CclOp::all_reduce ? n : n / p};
   if (const dist::detail::ShmGroup* g = dist::detail::ShmGroup::find(mesh.comm())) {
     constexpr int kCounted = 3;
     const auto before = g->traffic();
@@ -175,12 +189,14 @@ Row measure(const MeshDevice& mesh, Op op, std::int64_t bytes, const Options& o)
     row.steps = v[0], row.written = v[1], row.read = v[2];
   }
   if (o.check) {
-    const std::int64_t mine = count_wrong(l, op, o, me, p, run_meshtest(mesh, op, x, o));
+    mpi_out = Tensor();  // room for the expected output
+    const Tensor y = cc.run(mesh, x, call);
+    const std::int64_t mine = dist::count_wrong(y, cc.expected(call, me));
     MESHTEST_MPI(MPI_Allreduce(&mine, &row.wrong, 1, MPI_INT64_T, MPI_SUM, mesh.comm()));
   } else {
     row.wrong = -1;
   }
-  const double f = info(op).bus_factor(p), s = static_cast<double>(row.bytes);
+  const double f = cc.bus_factor(p), s = static_cast<double>(row.bytes);
   row.time_us = t * 1e6;
   row.algbw = s / t / 1e9;
   row.busbw = row.algbw * f;
@@ -339,7 +355,7 @@ int bench_ccl(int argc, char** argv) {
                        : "no node chain: the nodes do not hold equal runs of consecutive ranks");
       }
     }
-    for (Op op : o.ops) {
+    for (CclOp op : o.ops) {
       if (root) print_header(o, op, p);
       std::vector<Row> rows;
       std::vector<double> gbps;
@@ -349,13 +365,13 @@ int bench_ccl(int argc, char** argv) {
         rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
         if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
         all.push_back(to_json(rows.back(), o, p));
-        if (op == Op::all_reduce) {
+        if (op == CclOp::all_reduce) {
           gbps.push_back(memcpy_gbps(mesh, rows.back().bytes));
           all.back()["memcpy_gbps"] = gbps.back();
         }
       }
       if (root) print_model(op, p, rows);
-      if (root && op == Op::all_reduce) print_memcpy(rows, gbps);
+      if (root && op == CclOp::all_reduce) print_memcpy(rows, gbps);
     }
     if (root && !o.json.empty()) {
       const std::string text = all.dump(2) + "\n";

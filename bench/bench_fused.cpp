@@ -1,4 +1,4 @@
-// meshtest-bench fused: the fused ops of issue 12 against their reference sequences, single
+// meshtest-bench fused: the fused ops against their reference sequences, single
 // device. Sections (--parts, default all):
 //   experts   (bench/fused_experts.hpp): fused experts vs the MLP block's sequence and a dense
 //             gather at T = 1024, E = 32, k = 4 (hidden = I = 512 by default);
@@ -51,7 +51,7 @@ int bench_fused_main(int argc, char** argv) {
   std::int64_t trace_tokens = 128;
   int trace_iters = 20;
   po::options_description opts(
-      "meshtest-bench fused: the fused ops of issue 12 against their reference sequences, "
+      "meshtest-bench fused: the fused ops against their reference sequences, "
       "single device, random weights; prints the times, the ratios and the issue-12 targets. "
       "Exit 1 when a fused output disagrees with its reference.\n"
       "  experts:  router, grouped GEMMs over each expert's tokens, weighted sum vs the MLP "

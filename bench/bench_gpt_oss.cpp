@@ -16,7 +16,7 @@
 #include "src/models/gpt_oss_weights.hpp"
 #include "src/ops/attention.hpp"
 #include "src/ops/linear.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/perf/profiler.hpp"
 #include "tools/subcommand.hpp"
 

@@ -1,4 +1,4 @@
-// meshtest-bench moe: the MoE pieces of issue 11 against baselines measured in the same run —
+// meshtest-bench moe: the MoE pieces against baselines measured in the same run —
 // (a) grouped_gemm against one dense Eigen GEMM of the same total size (uniform, Zipf and
 // all-to-one routing); (b) the expert-parallel dispatch + combine on the EP axis: rows, bytes
 // and messages per device against the minimum and against an all_gather-everything exchange,
@@ -164,7 +164,7 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
     bench::ep_tables(mesh, o, doc, verdicts);
   }
   if (root) {
-    fmt::print("\ntargets (issue 11):\n");
+    fmt::print("\ntargets:\n");
     for (const std::string& v : verdicts.lines) fmt::print("  {}\n", v);
     doc["targets"] = verdicts.lines;
     doc["checks_failed"] = verdicts.failed;

@@ -16,7 +16,7 @@ std::string human(double bytes) {
   return fmt::format("{:g} B", bytes);
 }
 
-void print_header(const Options& o, Op op, int p) {
+void print_header(const Options& o, CclOp op, int p) {
   fmt::print(
       "#\n# {} vs {} — np {}, dim {}, redop {}, {} warm-up, then {} x {} calls each in "
       "alternating windows of <= 2 ms; time = best window's average (max over ranks)\n"
@@ -28,10 +28,11 @@ void print_header(const Options& o, Op op, int p) {
       "{:>11} {:>5}\n"
       "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}   {:>6} {:>11} {:>11} "
       "{:>11} {:>5}\n",
-      info(op).name, info(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop), o.warmup, o.rounds,
-      o.iters, "size", "count", "type", "time", "algbw", "busbw", "#wrong", "mpi time", "mpi bus",
-      "ratio", "steps", "wr/dev", "rd/dev", "min", "touch", "(B)", "(elements)", "", "(us)",
-      "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "", "", "(B)", "(B)", "(B)", "");
+      dist::ccl_case(op).name, dist::ccl_case(op).mpi_name, p, o.dim, dist::reduce_op_name(o.redop),
+      o.warmup, o.rounds, o.iters, "size", "count", "type", "time", "algbw", "busbw", "#wrong",
+      "mpi time", "mpi bus", "ratio", "steps", "wr/dev", "rd/dev", "min", "touch", "(B)",
+      "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "", "", "(B)", "(B)",
+      "(B)", "");
 }
 
 void print_row(const Row& r, DType t) {
@@ -47,8 +48,8 @@ void print_row(const Row& r, DType t) {
   }
 }
 
-void print_model(Op op, int p, const std::vector<Row>& rows) {
-  const OpInfo in = info(op);
+void print_model(CclOp op, int p, const std::vector<Row>& rows) {
+  const dist::CclCase& in = dist::ccl_case(op);
   std::vector<AlphaBetaSample> s;
   const bool counted = rows.front().counted;
   for (const Row& r : rows) {
@@ -86,7 +87,7 @@ void print_model(Op op, int p, const std::vector<Row>& rows) {
 }
 
 nlohmann::json to_json(const Row& r, const Options& o, int p) {
-  return {{"op", info(r.op).name},
+  return {{"op", dist::ccl_case(r.op).name},
           {"bytes", r.bytes},
           {"dtype", dtype_name(o.dtype)},
           {"np", p},

@@ -120,7 +120,7 @@ bool sdpa_case(const AttentionBenchOptions& o, std::int64_t t, std::int64_t wind
   const double inputs = static_cast<double>(t * (o.heads + 2 * kv) * d * c);
   const double extra = static_cast<double>(f.peak) - static_cast<double>(fused.nbytes());
   fmt::print(
-      "    target (issue 12): fused faster: {:.2f} x {}; fused peak O(T·d), no T x T matrix: "
+      "    target: fused faster: {:.2f} x {}; fused peak O(T·d), no T x T matrix: "
       "{:.1f} MiB = the output {:.1f} MiB + {:.2f} MiB working ({:.2f} x q, k, v's T (H + 2 KV) "
       "d x {} B = {:.1f} MiB; {:.2f} x T² x {} B) {}\n",
       r.median_ms / f.median_ms, verdict(r.median_ms > f.median_ms),
@@ -224,8 +224,8 @@ bool qkv_rope_section(const AttentionBenchOptions& o) {
       "RoPE in the panel and no [T, {}] tensor (peak MiB)\n",
       100.0 * share, 1.0 / share, std::min(qo.row_block, t), block_columns, block_columns / d, rows,
       rows);
-  fmt::print("  target (issue 12): qkv_rope >= 1.1 x faster than the sequence: {:.2f} x {}\n",
-             ratio, verdict(ratio >= 1.1));
+  fmt::print("  target: qkv_rope >= 1.1 x faster than the sequence: {:.2f} x {}\n", ratio,
+             verdict(ratio >= 1.1));
   fmt::print("  outputs agree (max err / max |ref| <= {:.2g}): {}\n", b,
              err <= b ? "PASS" : "FAIL");
   return err <= b;

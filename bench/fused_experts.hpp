@@ -1,4 +1,4 @@
-// The experts section of meshtest-bench fused: the fused experts op (src/ops/experts.hpp)
+// The experts section of meshtest-bench fused: the fused experts op (src/ops/moe/experts.hpp)
 // against the MLP block's own op sequence and against a dense-gather reference, single device.
 #pragma once
 

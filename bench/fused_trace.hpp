@@ -1,4 +1,4 @@
-// trace_vs_eager: the figure of issue 12's target "trace replay lowers total op-to-op latency
+// trace_vs_eager: the figure of the target "trace replay lowers total op-to-op latency
 // against eager" — the gpt-oss attention front (qkv_rope then sdpa_sinks) run eagerly and by
 // perf::Trace replay, both profiled and aggregated. For a `meshtest-bench fused` subcommand.
 #pragma once

@@ -31,7 +31,7 @@ namespace {
 
 using dist::MeshDevice;
 
-constexpr double kBytesTarget = 1.1;  // issue 11: EP bytes <= 1.1 x the minimum
+constexpr double kBytesTarget = 1.1;  // the target: EP bytes <= 1.1 x the minimum
 
 /// The EP problem the tables share: this device's tokens and EP weights, every device's rows.
 struct EpProblem {

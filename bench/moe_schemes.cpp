@@ -11,7 +11,7 @@
 #include "src/core/random.hpp"
 #include "src/ops/elementwise.hpp"
 #include "src/ops/linear.hpp"
-#include "src/ops/moe_permute.hpp"
+#include "src/ops/moe/permute.hpp"
 #include "src/ops/rms_norm.hpp"
 
 namespace meshtest::bench {

@@ -11,7 +11,7 @@
 #include "dist/parallel/expert_parallel.hpp"
 #include "dist/parallel/tp_shard.hpp"
 #include "src/models/gpt_oss_config.hpp"
-#include "src/ops/moe_balance.hpp"
+#include "src/ops/moe/balance.hpp"
 
 namespace meshtest::bench {
 

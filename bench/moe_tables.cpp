@@ -10,13 +10,13 @@
 
 #include "bench/moe_tables.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/grouped_gemm.hpp"
+#include "src/ops/moe/grouped_gemm.hpp"
 #include "src/perf/profiler.hpp"
 
 namespace meshtest::bench {
 namespace {
 
-constexpr double kGemmTarget = 0.8;  // issue 11: grouped >= 0.8 x dense GFLOP/s
+constexpr double kGemmTarget = 0.8;  // the target: grouped >= 0.8 x dense GFLOP/s
 
 /// Segment offsets [E + 1] of `rows` rows: "uniform" (array_split), "zipf" (expert e's share
 /// ∝ 1/(e+1), the rounding remainder to the lowest ids) or "all-to-one" (every row on expert 0).

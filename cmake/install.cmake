@@ -16,7 +16,7 @@ set(MESHTEST_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/meshtest
 # privately; there it is $<LINK_ONLY:...> of an empty INTERFACE target, so
 # consumers get no warning flags from it. (The install export drops it.)
 set_target_properties(meshtest_warnings PROPERTIES EXPORT_NAME warnings)
-install(TARGETS meshtest_core meshtest meshtest_gtest_main meshtest_warnings
+install(TARGETS meshtest_core meshtest meshtest_gtest_main meshtest_fused_kit meshtest_warnings
   EXPORT meshtestTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

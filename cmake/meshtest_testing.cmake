@@ -16,7 +16,7 @@ include_guard(GLOBAL)
 set(MESHTEST_DEFAULT_NPS 1 2 3 4 8 CACHE STRING "Rank counts for MPI tests")
 # Open MPI's tuned collectives switch algorithms with the communicator size: the
 # CCL, placement and parallel tests also run at these counts (and test_ccl and
-# test_shard at 32), oversubscribed on a small machine.
+# test_expert_parallel at 32), oversubscribed on a small machine.
 set(MESHTEST_SCALE_NPS 6 12 16 CACHE STRING
     "Rank counts of the scale runs of MPI tests registered with SCALE (label scale)")
 option(MESHTEST_SCALE_TESTS "Register the scale runs (SCALE, SCALE_NP) of MPI tests" ON)

@@ -1,5 +1,6 @@
 # hosts.bash — simulated hosts on one Linux machine, for running MPI jobs "across nodes"
-# without a cluster. Sourced by launch/meshtest (which provides say, die, usage_error, ...).
+# without a cluster. Sourced by launch/meshtest (launch/common.bash provides say, die,
+# usage_error, ...).
 #
 # `hosts up N` makes N hosts meshtest-h1..N. Each is a set of namespaces of this machine:
 #   network   its own, joined to the others by a veth pair on a bridge (mtbr0, 10.77.0.1/24

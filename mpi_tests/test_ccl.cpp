@@ -1,5 +1,6 @@
-// Every CCL against a single-device reference and against the plain MPI call, bit for bit:
-// every mesh shape that fits np x axis x dim x dtype x reduce op, with uneven and empty sizes.
+// Every CCL against the exact expected output of dist/ccl/cases.hpp's table and against the
+// plain MPI call, bit for bit: every mesh shape that fits np x axis x dim x dtype x reduce op,
+// with uneven and empty sizes.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "mpi_tests/support/ccl_cases.hpp"
 #include "src/core/tensor.hpp"
@@ -21,6 +23,7 @@ namespace {
 
 void check_all_gather(const Case& c, const MeshDevice& mesh, const Group& g, MPI_Comm comm) {
   const int d = kBase.normalize_dim(c.dim), p = g.p();
+  const CclCase& cc = ccl_case(c.op);
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> variants;
   for (std::int64_t n : sizes_for(p))
     variants.emplace_back(fmt::format("n = {}", n), split_sizes(n, p));
@@ -28,13 +31,14 @@ void check_all_gather(const Case& c, const MeshDevice& mesh, const Group& g, MPI
   for (int i = 0; i < p; ++i) variants.back().second.push_back(i % 3);
   for (const auto& [label, sizes] : variants) {
     SCOPED_TRACE(fmt::format("{} along dim {}: sizes {}", label, d, fmt::join(sizes, ", ")));
+    CclCall call = call_of(c, g, kBase);
+    call.sizes = sizes;
     std::vector<Tensor> parts;
-    for (int i = 0; i < p; ++i)
-      parts.push_back(input(g.devices[i], kBase.with(d, sizes[i]), c.dtype));
+    for (int i = 0; i < p; ++i) parts.push_back(cc.input(call, i));
     const Tensor& x = parts[static_cast<std::size_t>(g.index)];
-    const Tensor got = guarded([&] { return all_gather(mesh, x, {.dim = c.dim, .axis = c.axis}); });
-    const Tensor want = concat(parts, d);
-    expect_bitwise(got, want, "reference (concat of every device's input)");
+    const Tensor got = guarded([&] { return cc.run(mesh, x, call); });
+    const Tensor want = cc.expected(call, g.index);
+    expect_bitwise(got, want, "expected (concat of every device's input)");
     if (d != 0 || want.empty()) continue;
     Tensor direct(want.shape(), c.dtype);
     std::vector<int> displs;
@@ -51,15 +55,14 @@ void check_all_gather(const Case& c, const MeshDevice& mesh, const Group& g, MPI
 
 void check_reduce_scatter(const Case& c, const MeshDevice& mesh, const Group& g, MPI_Comm comm) {
   const int d = kBase.normalize_dim(c.dim), p = g.p();
+  const CclCase& cc = ccl_case(c.op);
   for (std::int64_t n : sizes_for(p)) {
     SCOPED_TRACE(fmt::format("n = {} along dim {}", n, d));
-    std::vector<Tensor> xs;
-    for (int dev : g.devices) xs.push_back(input(dev, kBase.with(d, n), c.dtype));
-    const Tensor& x = xs[static_cast<std::size_t>(g.index)];
-    const Tensor got = guarded(
-        [&] { return reduce_scatter(mesh, x, {.dim = c.dim, .axis = c.axis, .op = c.rop}); });
-    const Tensor want = reduce_ref(xs, c.rop).slice(d, split_range(n, p, g.index));
-    expect_bitwise(got, want, "reference (reduce, then slice i)");
+    const CclCall call = call_of(c, g, kBase.with(d, n));
+    const Tensor x = cc.input(call, g.index);
+    const Tensor got = guarded([&] { return cc.run(mesh, x, call); });
+    const Tensor want = cc.expected(call, g.index);
+    expect_bitwise(got, want, "expected (reduce, then slice i)");
     if (d != 0 || x.empty() || !mpi_can_reduce(c)) continue;
     Tensor direct(want.shape(), c.dtype);
     const std::int64_t row = x.numel() / n;
@@ -77,21 +80,20 @@ void check_reduce_scatter(const Case& c, const MeshDevice& mesh, const Group& g,
 }
 
 void check_all_reduce(const Case& c, const MeshDevice& mesh, const Group& g, MPI_Comm comm) {
+  const CclCase& cc = ccl_case(c.op);
   for (const Shape& shape : {Shape{2, g.p() + 1, 3}, Shape{0, 4}, Shape{}}) {
     SCOPED_TRACE(fmt::format("shape {}", shape));
-    std::vector<Tensor> xs;
-    for (int dev : g.devices) xs.push_back(input(dev, shape, c.dtype));
-    const Tensor& x = xs[static_cast<std::size_t>(g.index)];
-    const AllReduceOptions opt{.axis = c.axis, .op = c.rop};
-    const Tensor got = guarded([&] { return all_reduce(mesh, x, opt); });
+    const CclCall call = call_of(c, g, shape);
+    const Tensor x = cc.input(call, g.index);
+    const Tensor got = guarded([&] { return cc.run(mesh, x, call); });
     const Tensor inplace = guarded([&] {
       Tensor y = x;
-      all_reduce_inplace(mesh, y, opt);
+      all_reduce_inplace(mesh, y, {.axis = c.axis, .op = c.rop});
       return y;
     });
-    const Tensor want = reduce_ref(xs, c.rop);
-    expect_bitwise(got, want, "reference (element-wise reduction)");
-    expect_bitwise(inplace, want, "reference, in place");
+    const Tensor want = cc.expected(call, g.index);
+    expect_bitwise(got, want, "expected (element-wise reduction)");
+    expect_bitwise(inplace, want, "expected, in place");
     if (x.empty() || !mpi_can_reduce(c)) continue;
     Tensor direct(shape, c.dtype);
     MPI_Allreduce(x.bytes(), direct.bytes(), static_cast<int>(x.numel()), mpi_type(c.dtype),
@@ -100,42 +102,33 @@ void check_all_reduce(const Case& c, const MeshDevice& mesh, const Group& g, MPI
   }
 }
 
-// all_to_all and all_to_all_v: counts(i, j) = rows along split_dim from axis index i to j.
+// all_to_all and all_to_all_v: `call` sets each device's size along split_dim (sizes) or the
+// counts; exchange_range(call, i, j) is then what axis index i sends j.
 void check_exchange(const Case& c, const MeshDevice& mesh, const Group& g, MPI_Comm comm,
-                    const std::string& label, const std::function<std::int64_t(int, int)>& counts) {
+                    const std::string& label, const CclCall& call) {
   SCOPED_TRACE(label);
+  const CclCase& cc = ccl_case(c.op);
   const int s = kBase.normalize_dim(c.dim), cd = kBase.normalize_dim(c.concat_dim), p = g.p();
   const int me = g.index;
-  std::vector<Tensor> xs, pieces;
-  std::vector<std::int64_t> mine;
-  for (int i = 0; i < p; ++i) {
-    std::int64_t n = 0, at = 0;
-    for (int j = 0; j < p; ++j) n += counts(i, j);
-    for (int j = 0; j < me; ++j) at += counts(i, j);
-    xs.push_back(input(g.devices[i], kBase.with(s, n), c.dtype));
-    pieces.push_back(xs.back().slice(s, at, counts(i, me)));
-  }
-  for (int j = 0; j < p; ++j) mine.push_back(counts(me, j));
-  const Tensor& x = xs[static_cast<std::size_t>(me)];
-  const AllToAllOptions opt{.split_dim = c.dim, .concat_dim = c.concat_dim, .axis = c.axis};
-  const Tensor got = guarded([&] {
-    return c.op == Op::all_to_all ? all_to_all(mesh, x, opt) : all_to_all_v(mesh, x, mine, opt);
-  });
-  const Tensor want = concat(pieces, cd);
-  expect_bitwise(got, want, "reference (piece i of every device, concatenated)");
+  const Tensor x = cc.input(call, me);
+  const Tensor got = guarded([&] { return cc.run(mesh, x, call); });
+  const Tensor want = cc.expected(call, me);
+  expect_bitwise(got, want, "expected (piece i of every device, concatenated)");
   if (s != 0 || cd != 0) return;
-  std::vector<int> sc, sd, rd;
-  for (std::int64_t j = 0, at = 0; j < p; at += sc.back(), ++j) {
-    sc.push_back(static_cast<int>(counts(me, static_cast<int>(j)) * kBase.inner(0) *
-                                  static_cast<std::int64_t>(dtype_size(c.dtype))));
-    sd.push_back(static_cast<int>(at));
+  // Bytes per entry along dim 0, the split dim.
+  const std::int64_t row = kBase.inner(0) * static_cast<std::int64_t>(dtype_size(c.dtype));
+  std::vector<int> sc, sd, rc, rd;
+  for (int j = 0, sat = 0, rat = 0; j < p; sat += sc.back(), rat += rc.back(), ++j) {
+    sc.push_back(static_cast<int>(exchange_range(call, me, j).size * row));
+    rc.push_back(static_cast<int>(exchange_range(call, j, me).size * row));
+    sd.push_back(sat);
+    rd.push_back(rat);
   }
-  const std::vector<int> rc = byte_counts(pieces, &rd);
   Tensor direct(want.shape(), c.dtype);
   MPI_Alltoallv(x.bytes(), sc.data(), sd.data(), MPI_BYTE, direct.bytes(), rc.data(), rd.data(),
                 MPI_BYTE, comm);
   expect_bitwise(got, direct, "MPI_Alltoallv");
-  if (c.op != Op::all_to_all || std::ranges::count(sc, sc[0]) != p || rc != sc) return;
+  if (c.op != CclOp::all_to_all || std::ranges::count(sc, sc[0]) != p || rc != sc) return;
   MPI_Alltoall(x.bytes(), sc[0], MPI_BYTE, direct.bytes(), sc[0], MPI_BYTE, comm);
   expect_bitwise(got, direct, "MPI_Alltoall");
 }
@@ -144,36 +137,47 @@ void check_all_to_all(const Case& c, const MeshDevice& mesh, const Group& g, MPI
   const int p = g.p();
   const bool same = kBase.normalize_dim(c.dim) == kBase.normalize_dim(c.concat_dim);
   for (std::int64_t n : sizes_for(p)) {
-    check_exchange(c, mesh, g, comm, fmt::format("n = {} along split_dim", n),
-                   [&](int, int j) { return split_range(n, p, j).size; });
+    CclCall call = call_of(c, g, kBase.with(c.dim, n));
+    check_exchange(c, mesh, g, comm, fmt::format("n = {} along split_dim", n), call);
   }
   if (same) {  // sizes along split_dim may differ across devices when it is the concat dim
-    check_exchange(c, mesh, g, comm, "device i has p + 1 + i % 2 along split_dim",
-                   [&](int i, int j) { return split_range(p + 1 + i % 2, p, j).size; });
+    CclCall call = call_of(c, g, kBase);
+    for (int i = 0; i < p; ++i) call.sizes.push_back(p + 1 + i % 2);
+    check_exchange(c, mesh, g, comm, "device i has p + 1 + i % 2 along split_dim", call);
   }
 }
 
 void check_all_to_all_v(const Case& c, const MeshDevice& mesh, const Group& g, MPI_Comm comm) {
   // Pieces concatenated along a dim other than split_dim must agree in size along split_dim.
   const bool same = kBase.normalize_dim(c.dim) == kBase.normalize_dim(c.concat_dim);
+  const int p = g.p();
+  auto with_counts = [&](const std::function<std::int64_t(int, int)>& counts) {
+    CclCall call = call_of(c, g, kBase);
+    for (int i = 0; i < p; ++i) {
+      for (int j = 0; j < p; ++j) call.counts.push_back(counts(i, j));
+    }
+    return call;
+  };
   check_exchange(c, mesh, g, comm, "counts (i + 2j) % 3 (or j % 3), zeros included",
-                 [&](int i, int j) { return same ? (i + 2 * j) % 3 : j % 3; });
-  check_exchange(c, mesh, g, comm, "everything to device 0", [&](int i, int j) {
-    return j != 0 ? 0 : same ? i + 1 : 2;
-  });
+                 with_counts([&](int i, int j) { return same ? (i + 2 * j) % 3 : j % 3; }));
+  check_exchange(c, mesh, g, comm, "everything to device 0", with_counts([&](int i, int j) {
+                   return j != 0 ? 0 : same ? i + 1 : 2;
+                 }));
 }
 
 void check_broadcast(const Case& c, const MeshDevice& mesh, const Group& g, MPI_Comm comm) {
-  const int root = c.dim == 0 ? 0 : g.p() - 1;
+  const CclCase& cc = ccl_case(c.op);
   for (const Shape& shape : {Shape{2, g.p() + 1, 3}, Shape{0, 3}}) {
+    const CclCall call = call_of(c, g, shape);
+    const int root = call.root;
     SCOPED_TRACE(fmt::format("root {} shape {}", root, shape));
-    const Tensor want = input(g.devices[static_cast<std::size_t>(root)], shape, c.dtype);
+    const Tensor want = cc.expected(call, g.index);
     // Other devices pass something else entirely: it must be ignored.
-    const Tensor x = g.index == root ? want : Tensor(Shape{1, 5}, DType::i64);
-    const Tensor got = guarded([&] { return broadcast(mesh, x, {.root = root, .axis = c.axis}); });
-    expect_bitwise(got, want, "reference (the root's input)");
+    const Tensor x = g.index == root ? cc.input(call, root) : Tensor(Shape{1, 5}, DType::i64);
+    const Tensor got = guarded([&] { return cc.run(mesh, x, call); });
+    expect_bitwise(got, want, "expected (the root's input)");
     if (want.empty()) continue;
-    Tensor direct = g.index == root ? want : Tensor(shape, c.dtype);
+    Tensor direct = g.index == root ? x : Tensor(shape, c.dtype);
     MPI_Bcast(direct.bytes(), static_cast<int>(direct.nbytes()), MPI_BYTE, root, comm);
     expect_bitwise(got, direct, "MPI_Bcast");
   }
@@ -187,10 +191,21 @@ TEST_P(Ccl, MatchesReferenceAndMpi) {
   const Group g = group_of(mesh, c.axis);
   ASSERT_EQ(g.p(), mesh.axis_size(c.axis));  // same on every device: no collective skipped
   ASSERT_EQ(g.index, mesh.axis_index(c.axis));
-  using Check = void (*)(const Case&, const MeshDevice&, const Group&, MPI_Comm);
-  constexpr Check kChecks[] = {check_all_gather, check_reduce_scatter, check_all_reduce,
-                               check_all_to_all, check_all_to_all_v,   check_broadcast};
-  kChecks[static_cast<int>(c.op)](c, mesh, g, mesh.comm(c.axis));
+  const MPI_Comm comm = mesh.comm(c.axis);
+  switch (c.op) {
+    case CclOp::all_gather:
+      return check_all_gather(c, mesh, g, comm);
+    case CclOp::reduce_scatter:
+      return check_reduce_scatter(c, mesh, g, comm);
+    case CclOp::all_reduce:
+      return check_all_reduce(c, mesh, g, comm);
+    case CclOp::all_to_all:
+      return check_all_to_all(c, mesh, g, comm);
+    case CclOp::all_to_all_v:
+      return check_all_to_all_v(c, mesh, g, comm);
+    case CclOp::broadcast:
+      return check_broadcast(c, mesh, g, comm);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mesh, Ccl, ::testing::ValuesIn(make_cases()),

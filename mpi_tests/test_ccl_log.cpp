@@ -12,7 +12,7 @@ namespace {
 
 TEST(CclLog, RecordsOpShapeDimsAndAxis) {
   const MeshDevice& mesh = mesh_of(1, world_size_for_cases());
-  const Tensor x = input(mesh.device_id(), Shape{2, 3, 2}, DType::f32);
+  const Tensor x = case_values(mesh.device_id(), Shape{2, 3, 2}, DType::f32);
   all_gather(mesh, x, {.dim = 1, .axis = 1});
   const CollectiveEntry e = ccl_log_last();
   EXPECT_EQ(e.op, "all_gather");

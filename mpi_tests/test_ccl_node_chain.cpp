@@ -16,7 +16,7 @@
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/node_chain.hpp"
 #include "dist/ccl/shm.hpp"
-#include "dist/testing/harness.hpp"
+#include "dist/testing/harness/harness.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/core/random.hpp"
 #include "src/core/tensor.hpp"

@@ -18,11 +18,11 @@
 #include "dist/parallel/experts_tp.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/shard/placement.hpp"
-#include "dist/testing/fixtures.hpp"
-#include "dist/testing/single_device.hpp"
+#include "dist/testing/harness/fixtures.hpp"
+#include "dist/testing/harness/single_device.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/experts.hpp"
+#include "src/ops/moe/experts.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dist {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/testing/harness.hpp"
+#include "dist/testing/harness/harness.hpp"
 #include "mpi_tests/harness_cases/spawn.hpp"
 #include "tests/support/temp_dir.hpp"
 

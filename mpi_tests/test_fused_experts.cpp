@@ -2,18 +2,18 @@
 // intermediate units of every expert, the partial outputs summed by one all_reduce) against the
 // MLP block's sequence after the norm (experts_reference: linear gate, route_top_k,
 // moe_experts, moe_combine) on the full inputs, over the fused-op kit's grid
-// (dist/testing/fused_op.hpp), with the gpt-oss module's config, dtype and layer. The op holds
-// a CCL, so its single-device test skips (the kit's "contains a CCL" message).
+// (dist/testing/fused/fused_op.hpp), with the gpt-oss module's config, dtype and layer. The op
+// holds a CCL, so its single-device test skips (the kit's "contains a CCL" message).
 #include <array>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/parallel/experts_tp.hpp"
-#include "dist/testing/fused_op.hpp"
+#include "dist/testing/fused/fused_op.hpp"
 #include "mpi_tests/support/fused_gpt_oss.hpp"
 #include "src/check/gpt_oss_chains.hpp"
-#include "src/ops/experts.hpp"
+#include "src/ops/moe/experts.hpp"
 
 namespace meshtest::dist::fused_test {
 namespace {

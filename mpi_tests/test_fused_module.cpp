@@ -22,9 +22,9 @@
 
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/perf/gather.hpp"
-#include "dist/testing/fixtures.hpp"
-#include "dist/testing/fused_op.hpp"
-#include "dist/testing/harness.hpp"
+#include "dist/testing/fused/fused_op.hpp"
+#include "dist/testing/harness/fixtures.hpp"
+#include "dist/testing/harness/harness.hpp"
 #include "mpi_tests/support/fused_gpt_oss.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/check/compare.hpp"

@@ -1,11 +1,12 @@
-// test_fused_op_kit: the fused-op test kit (dist/testing/fused_op.hpp) and the single-device
+// test_fused_op_kit: the fused-op test kit (dist/testing/fused/fused_op.hpp) and the single-device
 // chunked run (chunked.hpp) on toy ops whose results are known: a wrong fused op fails the PCC
 // (and a scaled one the atol and the error model) check, the model passes an error within its
 // bound and fails one above it, with n taken from the parameters, bad expected_pcc / seqlen /
 // models / reports are clear Errors, the
 // single-device variant skips an op with a CCL and matches device 0's shapes otherwise, chunk_of
 // equals distribute, a test written for a 2x4 mesh falls back to device 0's chunk, and trace
-// mode replays a traceable op (all_reduce, sdpa_sinks) but runs an untraceable one eagerly.
+// mode replays a traceable op (all_reduce, sdpa_sinks) but runs an untraceable one eagerly, and
+// the harness flag --meshtest_checkpoint wins over MESHTEST_CHECKPOINT.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -16,8 +17,9 @@
 #include <span>
 
 #include "dist/ccl/all_reduce.hpp"
-#include "dist/testing/fused_op.hpp"
-#include "dist/testing/harness.hpp"
+#include "dist/testing/fused/fused_op.hpp"
+#include "dist/testing/harness/flags.hpp"
+#include "dist/testing/harness/harness.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/models/checkpoint.hpp"
@@ -323,6 +325,27 @@ TEST_F(FusedKit, CheckpointSkipsNameTheMissingTensor) {
   EXPECT_NE(fused_skip_reason(c, p).find("lacks doubling's tensor block.7.attn.fused_qkv"),
             std::string::npos);
   ::unsetenv("MESHTEST_CHECKPOINT");
+}
+
+TEST_F(FusedKit, CheckpointFlagWinsOverTheEnvironment) {
+  if (harness_flag("meshtest_checkpoint") || std::getenv("MESHTEST_CHECKPOINT") != nullptr) {
+    GTEST_SKIP() << "the caller gives a checkpoint";
+  }
+  std::string program = "test_fused_op_kit";
+  std::string flag = "--meshtest_checkpoint=/flag/dir";
+  char* with_flag[] = {program.data(), flag.data(), nullptr};
+  char* without_flag[] = {program.data(), nullptr};
+  int argc = 2;
+  detail::take_harness_flags(argc, with_flag);  // as run_all_tests takes the command line
+  EXPECT_EQ(argc, 1);
+  EXPECT_EQ(fused_checkpoint_dir(), "/flag/dir");
+  ::setenv("MESHTEST_CHECKPOINT", "/env/dir", 1);
+  EXPECT_EQ(fused_checkpoint_dir(), "/flag/dir");
+  argc = 1;
+  detail::take_harness_flags(argc, without_flag);
+  EXPECT_EQ(fused_checkpoint_dir(), "/env/dir");
+  ::unsetenv("MESHTEST_CHECKPOINT");
+  EXPECT_TRUE(fused_checkpoint_dir().empty());
 }
 
 TEST_F(FusedKit, ChunkOfEqualsDistribute) {

@@ -1,7 +1,7 @@
 // test_fused_qkv_rope: the fused qkv_rope against the attention block's linear + split_qkv +
 // rope, in its TP form (each device's q, k and v heads: no CCL), over the fused-op kit's grid
-// (dist/testing/fused_op.hpp), with the gpt-oss module's config, dtype and layer.
-#include "dist/testing/fused_op.hpp"
+// (dist/testing/fused/fused_op.hpp), with the gpt-oss module's config, dtype and layer.
+#include "dist/testing/fused/fused_op.hpp"
 #include "mpi_tests/support/fused_gpt_oss.hpp"
 #include "src/ops/attention.hpp"
 #include "src/ops/linear.hpp"

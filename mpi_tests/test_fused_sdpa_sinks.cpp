@@ -1,8 +1,8 @@
 // test_fused_sdpa_sinks: the flash-style sdpa_sinks against the attention block's sdpa, in its
 // TP form (each device's kv heads and their q heads and sinks: no CCL), over the fused-op kit's
-// grid (dist/testing/fused_op.hpp), with the gpt-oss module's config, dtype and layer (an even
-// layer: the sliding window applies).
-#include "dist/testing/fused_op.hpp"
+// grid (dist/testing/fused/fused_op.hpp), with the gpt-oss module's config, dtype and layer
+// (an even layer: the sliding window applies).
+#include "dist/testing/fused/fused_op.hpp"
 #include "mpi_tests/support/fused_gpt_oss.hpp"
 #include "src/ops/sdpa.hpp"
 #include "src/ops/sdpa_sinks.hpp"

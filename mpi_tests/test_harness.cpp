@@ -1,20 +1,23 @@
-// The MPI test harness in-process: verdict rule, timeouts, mesh fixtures, single-device checks
-// (the failure paths run as child jobs in test_harness_jobs.cpp).
+// The MPI test harness in-process: verdict rule, timeouts, command-line flags, the crash text,
+// mesh fixtures, single-device checks (the failure paths run as child jobs in
+// test_harness_jobs.cpp).
 #include <fmt/format.h>
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dist/ccl/all_reduce.hpp"
-#include "dist/testing/fixtures.hpp"
-#include "dist/testing/harness.hpp"
-#include "dist/testing/single_device.hpp"
-#include "dist/testing/state.hpp"
-#include "dist/testing/verdict.hpp"
+#include "dist/testing/harness/fixtures.hpp"
+#include "dist/testing/harness/flags.hpp"
+#include "dist/testing/harness/harness.hpp"
+#include "dist/testing/harness/single_device.hpp"
+#include "dist/testing/harness/state.hpp"
+#include "dist/testing/harness/verdict.hpp"
 #include "src/core/error.hpp"
 
 namespace meshtest::dist::testing {
@@ -132,6 +135,72 @@ TEST(Timeouts, PerTestOverrideAppliesToTheRunningTestOnly) {
 
 TEST(Timeouts, NextTestStartsWithTheDefaultAgain) {
   EXPECT_EQ(detail::current_timeout(), default_test_timeout());
+}
+
+// ------------------------------------------------------------- flags and the crash text
+
+[[maybe_unused]] const bool kProbeDeclared = declare_harness_flag(
+    {.name = "meshtest_harness_probe", .value = "TEXT", .help = "read by test_harness only"});
+
+/// detail::take_harness_flags on `args` (the program name first); the arguments it leaves.
+std::vector<std::string> take(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
+  detail::take_harness_flags(argc, argv.data());
+  EXPECT_EQ(argv[argc], nullptr);
+  return {argv.begin(), argv.begin() + argc};
+}
+
+bool asks_for_help(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return detail::asks_for_help(static_cast<int>(args.size()), argv.data());
+}
+
+TEST(Flags, TakesTheDeclaredFlagsAndLeavesTheRest) {
+  const std::vector<std::string> left = take(
+      {"prog", "a", "--meshtest_harness_probe=x", "--other=1", "--meshtest_harness_probe=y=z"});
+  EXPECT_EQ(left, (std::vector<std::string>{"prog", "a", "--other=1"}));
+  EXPECT_EQ(harness_flag("meshtest_harness_probe"), "y=z");  // the last one, '=' kept
+  EXPECT_EQ(take({"prog"}), std::vector<std::string>{"prog"});
+  EXPECT_EQ(harness_flag("meshtest_harness_probe"), std::nullopt);
+}
+
+TEST(Flags, MalformedOrUnknownFlagsAreErrors) {
+  for (const char* bad : {"--meshtest_harness_probe", "--meshtest_harness_probe=",
+                          "--meshtest_nosuch=1", "--meshtest-harness-probe=1", "--meshtest"}) {
+    EXPECT_THROW(take({"prog", bad}), Error) << bad;
+  }
+  try {
+    take({"prog", "--meshtest_nosuch=1"});
+    ADD_FAILURE() << "an unknown flag was taken";
+  } catch (const Error& e) {
+    HAS_TEXT(std::string(e.what()), "unknown flag '--meshtest_nosuch=1'");
+    HAS_TEXT(std::string(e.what()), "--meshtest_harness_probe=TEXT");
+  }
+  EXPECT_THROW(harness_flag("meshtest_nosuch"), Error);
+  EXPECT_THROW(declare_harness_flag({.name = "meshtest_harness_probe", .value = "X", .help = "h"}),
+               Error);
+  for (const char* bad : {"checkpoint", "meshtest_", "meshtest_Upper", "meshtest-dash"}) {
+    EXPECT_THROW(declare_harness_flag({.name = bad, .value = "X", .help = "h"}), Error) << bad;
+  }
+}
+
+TEST(Flags, HelpListsTheDeclaredFlags) {
+  HAS_TEXT(detail::harness_flags_help(), "--meshtest_harness_probe=TEXT");
+  HAS_TEXT(detail::harness_flags_help(), "read by test_harness only");
+  EXPECT_TRUE(asks_for_help({"prog", "--help"}));
+  EXPECT_TRUE(asks_for_help({"prog", "--gtest_nosuch=1"}));  // GoogleTest prints its help too
+  EXPECT_FALSE(asks_for_help({"prog", "--meshtest_harness_probe=1", "x"}));
+  EXPECT_FALSE(asks_for_help({"prog", "--gtest_internal_run_death_test=x"}));
+}
+
+TEST(CrashText, IsTheRunningTestsActivity) {
+  EXPECT_EQ(detail::activity(), "test CrashText.IsTheRunningTestsActivity");
+  EXPECT_EQ(std::string(detail::activity_for_signal()), detail::activity());
 }
 
 // ------------------------------------------------------------------------------ mesh fixtures

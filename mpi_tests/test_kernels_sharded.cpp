@@ -10,7 +10,7 @@
 
 #include "dist/kernels/fp8_matmul_parallel.hpp"
 #include "dist/kernels/mxfp4_matmul_parallel.hpp"
-#include "dist/testing/fixtures.hpp"
+#include "dist/testing/harness/fixtures.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/kernels/fp8_matmul.hpp"
 #include "src/ops/linear.hpp"

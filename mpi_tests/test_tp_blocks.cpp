@@ -12,12 +12,12 @@
 
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/shard/placement.hpp"
-#include "dist/testing/fixtures.hpp"
+#include "dist/testing/harness/fixtures.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/core/shape.hpp"
 #include "src/models/transformer_block.hpp"
 #include "src/ops/attention.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dist {

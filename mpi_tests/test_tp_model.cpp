@@ -12,7 +12,7 @@
 
 #include "dist/parallel/ep_transformer.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
-#include "dist/testing/fixtures.hpp"
+#include "dist/testing/harness/fixtures.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/models/transformer.hpp"

@@ -19,7 +19,7 @@
 #include "src/ops/elementwise.hpp"
 #include "src/ops/embedding.hpp"
 #include "src/ops/linear.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/ops/mxfp4.hpp"
 #include "src/ops/sdpa.hpp"
 

@@ -16,7 +16,7 @@
 #include "src/ops/attention.hpp"
 #include "src/ops/embedding.hpp"
 #include "src/ops/linear.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/ops/rms_norm.hpp"
 
 namespace meshtest {

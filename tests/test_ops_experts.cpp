@@ -16,8 +16,8 @@
 #include "src/check/metrics.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/experts.hpp"
 #include "src/ops/linear.hpp"
+#include "src/ops/moe/experts.hpp"
 #include "src/perf/program_cache.hpp"
 #include "tests/support/expect_error.hpp"
 

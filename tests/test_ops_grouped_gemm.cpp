@@ -11,7 +11,7 @@
 
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/grouped_gemm.hpp"
+#include "src/ops/moe/grouped_gemm.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {

@@ -12,7 +12,7 @@
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/gpt_oss_weights.hpp"
 #include "src/ops/activations.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 
 namespace meshtest {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/moe_gating.hpp"
+#include "src/ops/moe/gating.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {

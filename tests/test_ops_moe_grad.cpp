@@ -12,8 +12,8 @@
 
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/moe.hpp"
-#include "src/ops/moe_grad.hpp"
+#include "src/ops/moe/grad.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {

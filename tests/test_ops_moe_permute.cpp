@@ -8,7 +8,7 @@
 
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
-#include "src/ops/moe_permute.hpp"
+#include "src/ops/moe/permute.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {

@@ -19,7 +19,7 @@ struct Yarn {
   std::vector<double> inv_freq;
 };
 
-// The YaRN definitions (DESIGN.md, gpt-oss facts) in plain double loops.
+// The YaRN definitions (docs/gpt-oss.md) in plain double loops.
 Yarn reference_yarn(int d, double base, double s, double ctx, double alpha, double beta) {
   Yarn y;
   y.concentration = 0.1 * std::log(s) + 1;

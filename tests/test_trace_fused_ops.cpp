@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "src/core/random.hpp"
-#include "src/ops/experts.hpp"
+#include "src/ops/moe/experts.hpp"
 #include "src/ops/qkv_rope.hpp"
 #include "src/ops/sdpa_sinks.hpp"
 #include "src/perf/profiler.hpp"

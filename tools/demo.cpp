@@ -8,12 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "dist/ccl/cases.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mesh_device.hpp"
@@ -21,7 +22,6 @@
 #include "src/check/compare.hpp"
 #include "src/check/metrics.hpp"
 #include "src/core/eigen_cache.hpp"
-#include "tools/ccl_cases.hpp"
 #include "tools/demo_sections.hpp"
 #include "tools/mesh_arg.hpp"
 
@@ -34,6 +34,66 @@ namespace po = boost::program_options;
 /// the job instead of leaving the other ranks waiting in a collective.
 bool g_communicating = false;
 
+/// Columns of every per-device input of the CCL rows: inputs are [rows, kCols].
+constexpr std::int64_t kCols = 16;
+
+/// A CCL row of the table (one per axis and dtype): a collective of dist/ccl/cases.hpp and its
+/// options.
+///   all_gather      dim 0               reduce_scatter  dim 0, sum
+///   all_reduce      sum, then avg       all_to_all      split 0, concat 1
+///   all_to_all_v    split 0, concat 0, uneven counts (send_count)
+///   broadcast       root 0
+struct Entry {
+  CclOp op;
+  ReduceOp reduce = ReduceOp::sum;
+};
+constexpr Entry kEntries[] = {{CclOp::all_gather}, {CclOp::reduce_scatter},
+                              {CclOp::all_reduce}, {CclOp::all_reduce, ReduceOp::avg},
+                              {CclOp::all_to_all}, {CclOp::all_to_all_v},
+                              {CclOp::broadcast}};
+
+/// "all_gather", "all_reduce(sum)", ...
+std::string label(const Entry& e) {
+  const std::string_view name = ccl_case(e.op).name;
+  return e.op == CclOp::all_reduce ? fmt::format("{}({})", name, reduce_op_name(e.reduce))
+                                   : std::string(name);
+}
+
+/// all_to_all_v: the rows device d sends axis index j of p (uneven, different on every device).
+std::int64_t send_count(std::int64_t rows, int p, int d, int j) { return rows / p + (d + j) % 3; }
+
+/// The entry's call on this device's group along `axis`: every input [rows, kCols], but
+/// all_to_all_v's (send_count).
+CclCall demo_call(const MeshDevice& m, const Entry& e, int axis, DType t, std::int64_t rows) {
+  CclCall c{.op = e.op,
+            .dtype = t,
+            .reduce = e.reduce,
+            .axis = axis,
+            .devices = axis_group(m, axis, m.device_id()),
+            .shape = {rows, kCols},
+            .concat_dim = e.op == CclOp::all_to_all ? 1 : 0};
+  if (e.op == CclOp::all_to_all_v) {
+    for (int d : c.devices) {
+      for (int j = 0; j < c.p(); ++j) c.counts.push_back(send_count(rows, c.p(), d, j));
+    }
+  }
+  return c;
+}
+
+/// The global input: every device's rows stacked in device order, [sum_d rows_d, kCols].
+Shape global_shape(const MeshDevice& m, const Entry& e, int axis, std::int64_t rows) {
+  const int p = m.axis_size(axis);
+  std::int64_t total = 0;
+  for (int d = 0; d < m.size(); ++d) {
+    if (e.op != CclOp::all_to_all_v) {
+      total += rows;
+      continue;
+    }
+    for (int j = 0; j < p; ++j) total += send_count(rows, p, d, j);
+  }
+  return {total, kCols};
+}
+
 /// One device's check of its result, sent to rank 0 as kVerdictDoubles doubles.
 struct Verdict {
   double bad = 0;  ///< 1 when the result is not bit-equal to the reference
@@ -44,9 +104,8 @@ struct Verdict {
 };
 constexpr int kVerdictDoubles = sizeof(Verdict) / sizeof(double);
 
-/// Compares this device's result with the single-device reference; local.
-Verdict check_local(const Case& cs, const Tensor& y) {
-  const Tensor ref = reference(cs);
+/// Compares this device's result with the exact expected one; local.
+Verdict check_local(const Tensor& ref, const Tensor& y) {
   if (!(ref.shape() == y.shape())) return {.bad = 1, .pcc = 0};
   const Comparison c = compare(ref, y, Metric::exact, 0);
   const std::int64_t cols = std::max<std::int64_t>(1, y.shape()[y.rank() - 1]);
@@ -89,29 +148,32 @@ void summarize(const std::vector<Verdict>& all, Row& row) {
                         dev, worst->row, worst->col, worst->expected, worst->got);
 }
 
-/// Runs the case `warmup + iters` times, checks the last result on every device, and returns
-/// the row (complete on rank 0 only). Collective over the whole mesh.
-Row measure(const Case& cs, int warmup, int iters) {
-  const MeshDevice& m = *cs.mesh;
-  const Tensor x = device_input(cs, m.device_id());
+/// Runs the entry on `axis` `warmup + iters` times, checks the last result on every device,
+/// and returns the row (complete on rank 0 only). Collective over the whole mesh.
+Row measure(const MeshDevice& m, const Entry& e, int axis, DType t, std::int64_t rows, int warmup,
+            int iters) {
+  const CclCase& cc = ccl_case(e.op);
+  const CclCall call = demo_call(m, e, axis, t, rows);
+  const int me = m.axis_index(axis);
+  const Tensor x = cc.input(call, me);
   Tensor y;
   std::vector<double> secs;
   for (int it = 0; it < warmup + iters; ++it) {
     MESHTEST_MPI(MPI_Barrier(m.comm()));
     const double t0 = MPI_Wtime();
-    y = run(cs, x);
+    y = cc.run(m, x, call);
     if (it >= warmup) secs.push_back(MPI_Wtime() - t0);
   }
   std::sort(secs.begin(), secs.end());
   const double median = secs[secs.size() / 2] * 1e6;
-  Row row{.op = op_name(cs.op),
-          .axis = cs.axis == kAllAxes ? "all" : std::to_string(cs.axis),
-          .global = global_shape(cs).str(),
+  Row row{.op = label(e),
+          .axis = axis == kAllAxes ? "all" : std::to_string(axis),
+          .global = global_shape(m, e, axis, rows).str(),
           .local = fmt::format("{} -> {}", x.shape(), y.shape()),
-          .dtype = std::string(dtype_name(cs.dtype)),
+          .dtype = std::string(dtype_name(t)),
           .check = {}};
   MESHTEST_MPI(MPI_Reduce(&median, &row.median_us, 1, MPI_DOUBLE, MPI_MAX, 0, m.comm()));
-  const Verdict mine = check_local(cs, y);
+  const Verdict mine = check_local(cc.expected(call, me), y);
   std::vector<Verdict> all(static_cast<std::size_t>(m.size()));
   MESHTEST_MPI(MPI_Gather(&mine, kVerdictDoubles, MPI_DOUBLE, all.data(), kVerdictDoubles,
                           MPI_DOUBLE, 0, m.comm()));
@@ -172,13 +234,11 @@ int demo(int argc, char** argv, int rank, int np) {
 
   const double t0 = MPI_Wtime();
   std::vector<Row> rows;
-  for (Op op : kOps) {
+  for (const Entry& e : kEntries) {
     for (int axis : {0, 1, kAllAxes}) {
       for (DType dt : dtypes) {
-        if (op == Op::all_reduce_avg && !is_floating(dt)) continue;
-        rows.push_back(
-            measure({.mesh = &mesh, .op = op, .axis = axis, .dtype = dt, .rows = size / kCols + 1},
-                    warmup, iters));
+        if (e.reduce == ReduceOp::avg && !is_floating(dt)) continue;
+        rows.push_back(measure(mesh, e, axis, dt, size / kCols + 1, warmup, iters));
       }
     }
   }

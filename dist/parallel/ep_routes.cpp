@@ -13,8 +13,8 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "src/ops/activations.hpp"
 #include "src/ops/compute.hpp"
-#include "src/ops/grouped_gemm.hpp"
-#include "src/ops/moe_balance.hpp"
+#include "src/ops/moe/balance.hpp"
+#include "src/ops/moe/grouped_gemm.hpp"
 
 namespace meshtest::dist::ep_detail {
 namespace {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "dist/mesh/mesh_device.hpp"
-#include "dist/parallel/expert_parallel.hpp"
+#include "dist/parallel/ep_layout.hpp"
 #include "src/core/tensor.hpp"
-#include "src/ops/moe.hpp"
-#include "src/ops/moe_permute.hpp"
+#include "src/ops/moe/moe.hpp"
+#include "src/ops/moe/permute.hpp"
 
 namespace meshtest::dist::ep_detail {
 

@@ -19,7 +19,7 @@
 #include "src/core/tensor.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/transformer.hpp"
-#include "src/ops/moe_balance.hpp"
+#include "src/ops/moe/balance.hpp"
 
 namespace meshtest::dist {
 

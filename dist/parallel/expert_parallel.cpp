@@ -15,7 +15,6 @@
 #include "dist/mesh/agree.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/parallel/ep_routes.hpp"
-#include "dist/parallel/tensor_parallel.hpp"
 #include "src/ops/elementwise.hpp"
 #include "src/ops/linear.hpp"
 #include "src/ops/rms_norm.hpp"
@@ -53,25 +52,6 @@ EpMoeResult moe_unchecked(const MeshDevice& mesh, const Tensor& t, const Routing
 }
 
 }  // namespace
-
-int ep_tp_axis(const EpOptions& o) {
-  MESHTEST_DIST_CHECK(o.ep_axis == 0 || o.ep_axis == 1,
-                      "expert parallel: ep_axis is {}, expected 0 or 1 (a mesh axis)", o.ep_axis);
-  return 1 - o.ep_axis;
-}
-
-TpRank ep_rank(const MeshDevice& mesh, const EpOptions& o) {
-  ep_tp_axis(o);
-  return {.size = mesh.axis_size(o.ep_axis), .index = mesh.axis_index(o.ep_axis)};
-}
-
-TpRank ep_tp_rank(const MeshDevice& mesh, const EpOptions& o) {
-  return tp_rank(mesh, {.tp_axis = ep_tp_axis(o)});
-}
-
-Placements ep_activation_placements(const EpOptions& o) {
-  return tp_activation_placements({.tp_axis = ep_tp_axis(o)});
-}
 
 ExpertPlacement place_experts(ExpertAssignment a, std::int64_t num_experts, int num_devices,
                               std::span<const std::int64_t> load) {

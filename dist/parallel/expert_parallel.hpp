@@ -31,7 +31,9 @@
 //
 // Every function is collective over the whole mesh: all devices call it with the same
 // arguments apart from their own shards, and run the same CCLs in the same order. Bad input
-// throws the same meshtest::Error on every device before any communication.
+// throws the same meshtest::Error on every device before any communication. The options, the
+// weights a device holds and its axes (EpOptions, EpMlpWeights, ep_rank, ...) are in
+// ep_layout.hpp (included here).
 #pragma once
 
 #include <cstdint>
@@ -40,38 +42,20 @@
 #include <vector>
 
 #include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/ep_layout.hpp"
 #include "dist/parallel/tp_shard.hpp"
 #include "dist/shard/placement.hpp"
 #include "src/core/tensor.hpp"
 #include "src/models/gpt_oss_config.hpp"
-#include "src/ops/moe.hpp"
-#include "src/ops/moe_balance.hpp"
-#include "src/ops/moe_grad.hpp"
-#include "src/ops/moe_permute.hpp"
+#include "src/ops/moe/balance.hpp"
+#include "src/ops/moe/grad.hpp"
+#include "src/ops/moe/moe.hpp"
+#include "src/ops/moe/permute.hpp"
 
 namespace meshtest::dist {
 
 /// How experts are placed on the EP axis.
 enum class ExpertAssignment { Contiguous, Balanced };
-
-/// Options of the expert-parallel block.
-struct EpOptions {
-  int ep_axis = 0;  ///< the mesh axis of experts (and tokens); TP runs on 1 − ep_axis
-  /// Capacity factor (expert_capacity over the global token count); none: no token is dropped.
-  std::optional<double> capacity_factor = std::nullopt;
-  DropPolicy drop_policy = DropPolicy::TokenOrder;
-};
-
-/// The TP axis of `o`: 1 − ep_axis. Throws Error unless ep_axis is 0 or 1 (the same on every
-/// device: it is an argument, checked before any communication).
-int ep_tp_axis(const EpOptions& o);
-/// This device's place on the EP axis: {size, index} (TpRank's fields, for the EP axis).
-TpRank ep_rank(const MeshDevice& mesh, const EpOptions& o = {});
-/// This device's place on the TP axis (1 − ep_axis); {1, 0} on a 1-D EP mesh.
-TpRank ep_tp_rank(const MeshDevice& mesh, const EpOptions& o = {});
-/// Placements of activations [T, hidden]: Shard(0) on the EP axis, Replicate on the TP axis
-/// (tp_activation_placements with tp_axis = 1 − ep_axis).
-Placements ep_activation_placements(const EpOptions& o = {});
 
 /// The experts of `num_experts` placed on `num_devices` devices: contiguous_placement, or
 /// balanced_placement of `load` ([E] slots per expert, e.g. global_expert_load). Throws Error
@@ -85,18 +69,6 @@ ExpertPlacement place_experts(ExpertAssignment a, std::int64_t num_experts, int 
 ///   -> [E]. Throws Error (on every device) for an expert id outside [0, E).
 std::vector<std::int64_t> global_expert_load(const MeshDevice& mesh, const Routing& r,
                                              std::int64_t num_experts, const EpOptions& o = {});
-
-/// The MLP weights an EP device holds: the replicated router (mlp.norm_scale [hidden],
-/// mlp.gate_weight [E, hidden], mlp.gate_bias [E]) and its experts placement.experts_of[device]
-/// (ascending) with the TP slice of their units, as tp_shard slices them:
-/// mlp.mlp1_weight [E_local, 2I/tp, hidden], mlp.mlp1_bias [E_local, 2I/tp],
-/// mlp.mlp2_weight [E_local, hidden, I/tp], mlp.mlp2_bias [E_local, hidden] (whole). A device
-/// with no experts holds them with E_local = 0.
-struct EpMlpWeights {
-  ExpertPlacement placement;  ///< the same on every device
-  int device = 0;             ///< this device's index on the EP axis
-  MlpWeights mlp;
-};
 
 /// This device's EP weights of layer `layer` from a WeightSource (in-memory full weights or a
 /// checkpoint): each local expert is taken by src.slice along dim 0 (one expert at a time, so

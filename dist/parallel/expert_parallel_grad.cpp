@@ -8,7 +8,7 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/parallel/ep_routes.hpp"
 #include "dist/parallel/expert_parallel.hpp"
-#include "src/ops/grouped_gemm.hpp"
+#include "src/ops/moe/grouped_gemm.hpp"
 #include "src/ops/swiglu_grad.hpp"
 #include "src/perf/profiler.hpp"
 

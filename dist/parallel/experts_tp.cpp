@@ -4,7 +4,7 @@
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/mesh/agree.hpp"
 #include "dist/mesh/mpi_check.hpp"
-#include "src/ops/experts.hpp"
+#include "src/ops/moe/experts.hpp"
 #include "src/perf/profiler.hpp"
 
 namespace meshtest::dist {

@@ -1,4 +1,4 @@
-// experts_tp: the fused experts op (src/ops/experts.hpp) with tensor parallelism — the experts'
+// experts_tp: the fused experts op (src/ops/moe/experts.hpp) with tensor parallelism — the experts'
 // intermediate units split over a mesh axis, the partial outputs summed by one all_reduce.
 //
 // Layout (that of tp_mlp_block, tensor_parallel.hpp): on the TP axis of p devices, device i holds
@@ -12,9 +12,9 @@
 #pragma once
 
 #include "dist/mesh/mesh_device.hpp"
-#include "dist/parallel/tensor_parallel.hpp"
+#include "dist/parallel/tp_layout.hpp"
 #include "src/core/tensor.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 
 namespace meshtest::dist {
 

@@ -14,7 +14,7 @@
 #include "src/ops/elementwise.hpp"
 #include "src/ops/embedding.hpp"
 #include "src/ops/linear.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/ops/rms_norm.hpp"
 #include "src/ops/rope.hpp"
 #include "src/ops/sdpa.hpp"
@@ -55,29 +55,6 @@ void check_token_offset(std::string_view op, std::optional<std::int64_t> token_o
 }
 
 }  // namespace
-
-int token_axis(const TpOptions& o) {
-  MESHTEST_DIST_CHECK(o.tp_axis == 0 || o.tp_axis == 1,
-                      "tensor parallel: tp_axis is {}, expected 0 or 1", o.tp_axis);
-  return 1 - o.tp_axis;
-}
-
-TpRank tp_rank(const MeshDevice& mesh, const TpOptions& o) {
-  token_axis(o);
-  return {.size = mesh.axis_size(o.tp_axis), .index = mesh.axis_index(o.tp_axis)};
-}
-
-Placements tp_activation_placements(const TpOptions& o) {
-  Placements p{Replicate{}, Replicate{}};
-  p[static_cast<std::size_t>(token_axis(o))] = Shard{0};
-  return p;
-}
-
-Placements tp_logits_placements(const TpOptions& o) {
-  Placements p = tp_activation_placements(o);
-  p[static_cast<std::size_t>(o.tp_axis)] = Shard{1};
-  return p;
-}
 
 Tensor tp_attention_block(const MeshDevice& mesh, const Tensor& x, const AttentionWeights& w,
                           const AttentionParams& p, const TpOptions& o,

@@ -14,7 +14,8 @@
 // Every function is collective over the whole mesh: all devices call it with the same
 // arguments apart from their own shards, and run the same CCLs in the same order. Bad input
 // (head or intermediate counts that do not divide the TP axis, shapes that do not fit) throws
-// the same meshtest::Error on every device before any communication.
+// the same meshtest::Error on every device before any communication. The options and placements
+// of this layout (TpOptions, tp_rank, ...) are in tp_layout.hpp (included here).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include <span>
 
 #include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/tp_layout.hpp"
 #include "dist/parallel/tp_shard.hpp"
 #include "dist/shard/placement.hpp"
 #include "src/core/tensor.hpp"
@@ -31,20 +33,6 @@
 #include "src/models/transformer_block.hpp"
 
 namespace meshtest::dist {
-
-/// The mesh axis of tensor parallelism; the tokens are split over the other axis.
-struct TpOptions {
-  int tp_axis = 1;
-};
-
-/// The mesh axis the tokens are split over: 1 - tp_axis. Throws Error unless tp_axis is 0 or 1.
-int token_axis(const TpOptions& o);
-/// This device's place on the TP axis of `mesh`.
-TpRank tp_rank(const MeshDevice& mesh, const TpOptions& o = {});
-/// Placements of activations [T, hidden]: Shard(0) on the token axis, Replicate on the TP axis.
-Placements tp_activation_placements(const TpOptions& o = {});
-/// Placements of logits [T, vocab]: Shard(0) on the token axis, Shard(1) on the TP axis.
-Placements tp_logits_placements(const TpOptions& o = {});
 
 /// Attention block on this device's heads and tokens (p: the full model's params; p.fused:
 /// qkv_rope and sdpa_sinks in place of linear + split_qkv + rope and sdpa):

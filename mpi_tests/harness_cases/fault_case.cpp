@@ -18,8 +18,8 @@
 #include "dist/ccl/all_gather.hpp"
 #include "dist/ccl/all_reduce.hpp"
 #include "dist/ccl/all_to_all.hpp"
-#include "dist/testing/fixtures.hpp"
-#include "dist/testing/harness.hpp"
+#include "dist/testing/harness/fixtures.hpp"
+#include "dist/testing/harness/harness.hpp"
 
 namespace meshtest::dist::testing {
 namespace {

@@ -15,8 +15,8 @@
 #include <mpi.h>
 
 #include "dist/ccl/all_reduce.hpp"
-#include "dist/testing/fixtures.hpp"
-#include "dist/testing/harness.hpp"
+#include "dist/testing/harness/fixtures.hpp"
+#include "dist/testing/harness/harness.hpp"
 
 namespace meshtest::dist::testing {
 namespace {

@@ -1,5 +1,6 @@
 // MPI test helper for test_ccl: the cases (every mesh shape that fits np x axis x dim x dtype x
-// reduce op) and the single-device side: inputs, groups, references, bitwise checks, MPI maps.
+// reduce op) as calls of dist/ccl/cases.hpp's table (which makes the inputs and the expected
+// outputs), the groups, bitwise checks and the maps of the direct MPI calls.
 #pragma once
 
 #include <fmt/format.h>
@@ -17,23 +18,16 @@
 #include <utility>
 #include <vector>
 
+#include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "src/core/tensor.hpp"
 
 namespace meshtest::dist::ccl_test {
 
-enum class Op { all_gather, reduce_scatter, all_reduce, all_to_all, all_to_all_v, broadcast };
-
-constexpr std::string_view op_name(Op op) {
-  constexpr std::string_view names[] = {"all_gather", "reduce_scatter", "all_reduce",
-                                        "all_to_all", "all_to_all_v",   "broadcast"};
-  return names[static_cast<int>(op)];
-}
-
 /// One test case: the op and its options on one mesh shape. `dim` is the dim of all_gather
 /// and reduce_scatter, all_to_all's split_dim, broadcast's root (0 or -1 = the last device).
 struct Case {
-  Op op;
+  CclOp op;
   int rows = 1, cols = 1, axis = kAllAxes;
   DType dtype = DType::f32;
   int dim = 0, concat_dim = 0;
@@ -43,13 +37,13 @@ struct Case {
 inline std::string case_name(const Case& c) {
   auto d = [](int v) { return v < 0 ? fmt::format("m{}", -v) : std::to_string(v); };
   const std::string rop(reduce_op_name(c.rop));
-  const std::string opts = c.op == Op::all_gather       ? "dim" + d(c.dim)
-                           : c.op == Op::reduce_scatter ? rop + "_dim" + d(c.dim)
-                           : c.op == Op::all_reduce     ? rop
-                           : c.op == Op::broadcast
+  const std::string opts = c.op == CclOp::all_gather       ? "dim" + d(c.dim)
+                           : c.op == CclOp::reduce_scatter ? rop + "_dim" + d(c.dim)
+                           : c.op == CclOp::all_reduce     ? rop
+                           : c.op == CclOp::broadcast
                                ? (c.dim == 0 ? "root0" : "rootlast")
                                : fmt::format("split{}_concat{}", d(c.dim), d(c.concat_dim));
-  return fmt::format("{}_{}_axis{}_{}_mesh{}x{}", op_name(c.op), opts,
+  return fmt::format("{}_{}_axis{}_{}_mesh{}x{}", ccl_case(c.op).name, opts,
                      c.axis == kAllAxes ? "all" : std::to_string(c.axis), c.dtype, c.rows, c.cols);
 }
 inline void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
@@ -78,22 +72,22 @@ inline std::vector<Case> make_cases() {
     for (int axis : {0, 1, kAllAxes}) {
       for (DType t : kAllDTypes) {
         const Case base{
-            .op = Op::all_gather, .rows = rows, .cols = n / rows, .axis = axis, .dtype = t};
-        auto add = [&](Op op, int dim, int concat_dim = 0, ReduceOp rop = ReduceOp::sum) {
+            .op = CclOp::all_gather, .rows = rows, .cols = n / rows, .axis = axis, .dtype = t};
+        auto add = [&](CclOp op, int dim, int concat_dim = 0, ReduceOp rop = ReduceOp::sum) {
           Case c = base;
           c.op = op, c.dim = dim, c.concat_dim = concat_dim, c.rop = rop;
           out.push_back(c);
         };
-        for (int d : kDims) add(Op::all_gather, d);
-        for (auto [s, c] : kA2a) add(Op::all_to_all, s, c);
-        for (auto [s, c] : kA2av) add(Op::all_to_all_v, s, c);
-        for (int root : {0, -1}) add(Op::broadcast, root);
+        for (int d : kDims) add(CclOp::all_gather, d);
+        for (auto [s, c] : kA2a) add(CclOp::all_to_all, s, c);
+        for (auto [s, c] : kA2av) add(CclOp::all_to_all_v, s, c);
+        for (int root : {0, -1}) add(CclOp::broadcast, root);
         if (t == DType::u8) continue;  // no reductions on u8 (see test_ccl_bad_input)
         for (ReduceOp r : {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::avg}) {
           if (r == ReduceOp::avg && !is_floating(t)) continue;
-          add(Op::all_reduce, 0, 0, r);
+          add(CclOp::all_reduce, 0, 0, r);
           for (int d : kDims) {
-            if (r == ReduceOp::sum || d == 0 || d == -1) add(Op::reduce_scatter, d, 0, r);
+            if (r == ReduceOp::sum || d == 0 || d == -1) add(CclOp::reduce_scatter, d, 0, r);
           }
         }
       }
@@ -102,19 +96,9 @@ inline std::vector<Case> make_cases() {
   return out;
 }
 
-// ---- single-device side: inputs, groups, references ----------------------------------------
+// ---- groups, and the cases as calls of the table ------------------------------------------
 
 inline const Shape kBase{2, 3, 2};  // the tested dim is overridden per case
-
-/// Device `device`'s input: small integers (-8..8; 0..16 for u8) so every sum is exact.
-inline Tensor input(int device, const Shape& shape, DType t) {
-  std::vector<double> v(static_cast<std::size_t>(shape.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] = static_cast<double>((device * 37 + static_cast<int>(i) * 11 + 5) % 17) -
-           (t == DType::u8 ? 0 : 8);
-  }
-  return Tensor::from_vector(shape, v).astype(t);
-}
 
 /// The device ids of this device's group along `axis`, in axis order (DESIGN: Mesh).
 struct Group {
@@ -124,37 +108,24 @@ struct Group {
 };
 
 inline Group group_of(const MeshDevice& mesh, int axis) {
-  const int cols = mesh.cols(), id = mesh.device_id(), r = id / cols, c = id % cols;
-  Group g;
-  if (axis == 0) {
-    for (int i = 0; i < mesh.rows(); ++i) g.devices.push_back(i * cols + c);
-  } else if (axis == 1) {
-    for (int i = 0; i < cols; ++i) g.devices.push_back(r * cols + i);
-  } else {
-    for (int i = 0; i < mesh.size(); ++i) g.devices.push_back(i);
-  }
-  g.index = static_cast<int>(std::ranges::find(g.devices, id) - g.devices.begin());
+  Group g{.devices = axis_group(mesh, axis, mesh.device_id())};
+  g.index = static_cast<int>(std::ranges::find(g.devices, mesh.device_id()) - g.devices.begin());
   return g;
 }
 
-/// Element-wise reduction in f64 (exact for these inputs); avg divides once and rounds to the
-/// dtype like the device does (bf16: via f32).
-inline Tensor reduce_ref(const std::vector<Tensor>& xs, ReduceOp op) {
-  Tensor acc = xs.front().astype(DType::f64);
-  auto a = acc.vector<double>();
-  for (std::size_t k = 1; k < xs.size(); ++k) {
-    const Tensor b = xs[k].astype(DType::f64);
-    if (op == ReduceOp::max) {
-      a = a.cwiseMax(b.vector<double>());
-    } else if (op == ReduceOp::min) {
-      a = a.cwiseMin(b.vector<double>());
-    } else {
-      a += b.vector<double>();
-    }
-  }
-  if (op == ReduceOp::avg) a /= static_cast<double>(xs.size());
-  const DType t = xs.front().dtype();
-  return t == DType::bf16 ? acc.astype(DType::f32).astype(t) : acc.astype(t);
+/// Case c on group g as a call of the table, every device's input of `shape` (the caller sets
+/// sizes or counts where they differ).
+inline CclCall call_of(const Case& c, const Group& g, const Shape& shape) {
+  const bool broadcast = c.op == CclOp::broadcast;
+  return {.op = c.op,
+          .dtype = c.dtype,
+          .reduce = c.rop,
+          .axis = c.axis,
+          .devices = g.devices,
+          .shape = shape,
+          .dim = broadcast ? 0 : c.dim,
+          .concat_dim = c.concat_dim,
+          .root = !broadcast || c.dim == 0 ? 0 : g.p() - 1};
 }
 
 /// Sizes along the tested dim: even, then the uneven array_split cases, then empty.

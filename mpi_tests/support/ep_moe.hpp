@@ -21,8 +21,8 @@
 #include "src/models/gpt_oss_weights.hpp"
 #include "src/ops/elementwise.hpp"
 #include "src/ops/linear.hpp"
-#include "src/ops/moe.hpp"
-#include "src/ops/moe_grad.hpp"
+#include "src/ops/moe/grad.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/ops/rms_norm.hpp"
 
 namespace meshtest::dist::ep_test {
@@ -232,17 +232,42 @@ inline ChainTerms chain_terms(const Problem& pb, int tp) {
   };
 }
 
+/// The magnitude of each routing-weight grad's terms (f64, [T, k]): weights[t, j] is the dot
+/// product Σ_h grad_out[t, h] (y[t, j, h] + mlp2_bias[e, h]), so its terms' magnitude is
+/// Σ_h |grad_out[t, h]| |y[t, j, h] + mlp2_bias[e, h]|. Per element: a device may hold one token,
+/// too few elements for max |expected| to stand for the terms of a sum that cancels.
+inline Tensor grad_weights_scale(const Problem& pb) {
+  const Tensor y = moe_experts(pb.t, pb.r, pb.full.mlp1_weight, pb.full.mlp1_bias,
+                               pb.full.mlp2_weight, pb.config.moe_params())
+                       .astype(DType::f64);
+  const Tensor g = pb.grad_out.astype(DType::f64), b2 = pb.full.mlp2_bias.astype(DType::f64);
+  const std::int64_t tokens = pb.r.num_tokens, k = pb.r.k, h = pb.config.hidden_size;
+  Tensor scale(Shape{tokens, k}, DType::f64);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::int64_t e = pb.r.experts[static_cast<std::size_t>(t * k + j)];
+      double sum = 0;
+      for (std::int64_t i = 0; i < h; ++i) {
+        sum += std::abs(g.span<double>()[t * h + i]) *
+               std::abs(y.span<double>()[(t * k + j) * h + i] + b2.span<double>()[e * h + i]);
+      }
+      scale.span<double>()[t * k + j] = sum;
+    }
+  }
+  return scale;
+}
+
 /// Expects `got` within the error model of `want` (src/check/tolerance.hpp): the same f32 or f64
 /// computation in another order, `terms` terms per element over its chain (chain_terms), with
-/// the tensor's scale max |want| (the problems' inputs are zero-mean random). Equal shapes and
-/// dtypes required.
+/// the tensor's scale max |want| (the problems' inputs are zero-mean random) or each element's
+/// `scale`. Equal shapes and dtypes required.
 inline void expect_close(const Tensor& got, const Tensor& want, std::int64_t terms,
-                         const std::string& label) {
+                         const std::string& label, const std::optional<Tensor>& scale = {}) {
   ASSERT_EQ(got.shape(), want.shape()) << label;
   ASSERT_EQ(got.dtype(), want.dtype()) << label;
   ASSERT_TRUE(want.dtype() == DType::f32 || want.dtype() == DType::f64) << label;
   const ErrorModel m{.dtype = want.dtype(), .terms = terms, .reference = Reference::other_order};
-  const Comparison c = compare(want, got, m);
+  const Comparison c = scale ? compare(want, got, m, *scale) : compare(want, got, m);
   EXPECT_TRUE(c.passed) << label << ": " << c;
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist/parallel/tp_shard.hpp"
-#include "dist/testing/fused_op.hpp"
+#include "dist/testing/fused/fused_op.hpp"
 #include "src/core/random.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/models/gpt_oss_config.hpp"

@@ -17,7 +17,7 @@
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/shard/placement.hpp"
-#include "dist/testing/single_device.hpp"
+#include "dist/testing/harness/single_device.hpp"
 #include "src/check/compare.hpp"
 #include "src/check/gpt_oss_chains.hpp"
 #include "src/check/tolerance.hpp"

@@ -55,7 +55,7 @@ struct Family {
   std::function<double(const Config&)> flops;
 };
 
-/// Every family, in a fixed order.
+/// Every family, in a fixed order (the registry: families.cpp).
 const std::vector<Family>& families();
 /// The family called `name`; throws Error naming the known ones.
 const Family& family(std::string_view name);

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "src/ops/attention.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/ops/rope.hpp"
 
 namespace meshtest {

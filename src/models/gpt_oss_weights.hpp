@@ -8,7 +8,7 @@
 #include "src/core/random.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/ops/attention.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 
 namespace meshtest {
 

@@ -2,7 +2,7 @@
 #include "src/models/transformer_block.hpp"
 
 #include "src/ops/attention.hpp"
-#include "src/ops/moe.hpp"
+#include "src/ops/moe/moe.hpp"
 #include "src/perf/profiler.hpp"
 
 namespace meshtest {

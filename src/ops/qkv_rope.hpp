@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "src/core/tensor.hpp"
-#include "src/ops/attention.hpp"
+#include "src/ops/attention_types.hpp"
 #include "src/ops/rope.hpp"
 
 namespace meshtest {
@@ -31,8 +31,7 @@ struct QkvRopeOptions {
 /// The cos/sin table of the T positions ([T, d/2] each, rope_table) is computed once per call.
 /// The defaults (whole prefills up to 2048 tokens per panel, 8 heads of 64 per block: a 4 MiB
 /// f32 scratch at most) keep the GEMM as fast as the reference's single one: every panel makes
-/// Eigen pack its weight block again, so small panels (64 tokens: 10 % slower at T 1024 on
-/// gpt-oss-20b shapes) repack the weights T / row_block times.
+/// Eigen pack its weight block again, so small panels repack the weights T / row_block times.
 ///
 /// Numerics follow the reference sequence: f32 and f64 compute in their own type, bf16 in f32
 /// with the reference's roundings (the Linear output rounded once after the bias, every RoPE

@@ -133,9 +133,9 @@ std::shared_ptr<SdpaSinksPlan<S>> plan_sdpa_sinks(const Tensor& q, const Tensor&
 // Flushes denormal results and inputs to zero (x86 MXCSR FTZ and DAZ) for its lifetime, then
 // restores the caller's mode. Eigen's vectorized exp clamps its argument near -88.4, so a
 // masked logit (-inf) gets the weight exp(-88.4) ~ 4.9e-39, a denormal, not 0; on Intel cores
-// every GEMM that then multiplies those weights takes a microcode assist per denormal (measured
-// on the lent Xeon: sdpa_sinks at T 1024, window 128, 4.2 s with denormals, 0.26 s without;
-// AMD cores barely notice). Flushed, a masked key's weight is exactly 0, as it should be, and a
+// every GEMM that then multiplies those weights takes a microcode assist per denormal (an
+// order of magnitude of time; docs/design.md, "Measured reasons"). Flushed, a masked key's
+// weight is exactly 0, as it should be, and a
 // weight below 1.2e-38 of the row's largest (1) is far below f32's resolution of the sum.
 class FlushDenormals {
  public:

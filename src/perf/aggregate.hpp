@@ -1,4 +1,4 @@
-// Cross-device aggregation of op records (DESIGN.md, Perf): the measured region, its
+// Cross-device aggregation of op records (docs/perf.md): the measured region, its
 // iterations, the slowest device for compute ops and the mean over devices for CCLs, then the
 // average over iterations. Pure functions over records: no MPI.
 #pragma once

@@ -1,4 +1,4 @@
-// Config comparison of two ops_perf reports (DESIGN.md, Perf): a fused-op unit test against
+// Config comparison of two ops_perf reports (docs/perf.md): a fused-op unit test against
 // the module that contains it, and a single-device run against device 0 of a multi-device run.
 #pragma once
 

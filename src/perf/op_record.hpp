@@ -1,4 +1,4 @@
-// OpRecord: what the profiler keeps of one op call on one device (DESIGN.md, Perf).
+// OpRecord: what the profiler keeps of one op call on one device (docs/perf.md).
 #pragma once
 
 #include <cstdint>

@@ -168,7 +168,7 @@ phase_bad_component() {
   cmake -S "$here/bad_component" -B "$dir" -Dmeshtest_DIR="$build_dir" >"$dir.log" 2>&1 || rc=$?
   sed 's/^/    | /' "$dir.log" | grep -v '^    | *$' | tail -n 12
   [[ $rc -ne 0 ]] || die "configure succeeded: asking for component 'nosuch' must fail"
-  local want='meshtest has no component "nosuch" (its components are: core, meshtest, gtest_main)'
+  local want='meshtest has no component "nosuch" (its components are: core, meshtest, gtest_main, fused_kit)'
   # CMake wraps the message; compare it with the line breaks and indentation taken out.
   tr -s ' \n' ' ' <"$dir.log" | grep -qF "$want" || die "the configure error does not say: $want"
   echo "    pass: configure failed (exit $rc) with: $want"

@@ -1,0 +1,231 @@
+// The fused-op test kit: device perf reports, the single-device chunked run and the fixture's
+// tests (check + e2e, device perf, single device).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "dist/perf/e2e.hpp"
+#include "dist/perf/gather.hpp"
+#include "dist/testing/fused/fused_op.hpp"
+#include "dist/testing/harness/harness.hpp"
+#include "src/perf/ops_csv.hpp"
+#include "src/perf/profiler.hpp"
+#include "src/perf/report.hpp"
+
+namespace meshtest::dist::testing {
+
+namespace {
+
+/// Calls before the measured ones, and measured calls, of device perf (the seed's 10 and 10).
+constexpr int kPerfWarmup = 10;
+constexpr int kPerfIterations = 10;
+
+/// This device's records of kPerfIterations runs, each between signpost("start") and ("stop"),
+/// after kPerfWarmup unprofiled runs.
+std::vector<perf::OpRecord> profile_iterations(FusedRunner& runner) {
+  for (int i = 0; i < kPerfWarmup; ++i) runner.run();
+  const perf::Session session;
+  for (int i = 0; i < kPerfIterations; ++i) {
+    perf::signpost("start");
+    runner.run();
+    perf::signpost("stop");
+  }
+  return perf::records();
+}
+
+/// "name [shape]" of each chunk whose shape (W, Z, Y, X) is no input of an op of the lowest
+/// device of `multi`.
+std::vector<std::string> shapes_not_in_report(const std::vector<MeshInput>& inputs,
+                                              const std::vector<Tensor>& chunk,
+                                              const perf::OpsReport& multi) {
+  const int first = std::min_element(multi.records.begin(), multi.records.end(),
+                                     [](const perf::OpRecord& a, const perf::OpRecord& b) {
+                                       return a.device_id < b.device_id;
+                                     })
+                        ->device_id;
+  std::vector<std::string> missing;
+  for (std::size_t i = 0; i < chunk.size(); ++i) {
+    const auto want = perf::wzyx(chunk[i].shape());
+    const auto takes = [&](const perf::OpRecord& rec) {
+      return rec.device_id == first &&
+             std::any_of(rec.inputs.begin(), rec.inputs.end(),
+                         [&](const perf::TensorInfo& t) { return perf::wzyx(t.shape) == want; });
+    };
+    if (std::none_of(multi.records.begin(), multi.records.end(), takes)) {
+      missing.push_back(fmt::format("{} {}", inputs[i].name, chunk[i].shape()));
+    }
+  }
+  return missing;
+}
+
+std::string run_label(const MeshRun& run, const FusedParams& p) {
+  return fmt::format("{} mesh {}x{}{}", fused_param_name(p), run.shape()[0], run.shape()[1],
+                     run.chunked() ? " (device 0's chunk)" : "");
+}
+
+}  // namespace
+
+perf::Aggregate write_fused_device_perf(std::span<const perf::OpRecord> records,
+                                        const std::string& op, const std::filesystem::path& dir,
+                                        const std::string& label) {
+  const auto is = [](std::string_view name) {
+    return [name](const perf::OpRecord& r) {
+      return r.op_type == perf::OpType::signpost && r.attributes == name;
+    };
+  };
+  MESHTEST_CHECK(std::any_of(records.begin(), records.end(), is("start")) &&
+                     std::any_of(records.begin(), records.end(), is("stop")),
+                 "{} device perf: the {} records hold no signpost(\"start\") / (\"stop\"); "
+                 "profile the measured calls between them",
+                 op, records.size());
+  const perf::Aggregate a = perf::aggregate(records);
+  std::filesystem::create_directories(dir);
+  perf::write_text_atomic(dir / fmt::format("ops_perf_{}.csv", op), perf::ops_csv(records));
+  perf::write_text_atomic(dir / "measurements.json", perf::measurements_json(op, a));
+  fmt::print(
+      "{} {}: total_kernel_duration_us {:.3f} total_op_to_op_latency_us {:.3f} ({} "
+      "devices, {} iterations) -> {}\n",
+      op, label, a.total_kernel_duration_us, a.total_op_to_op_latency_us, a.devices, a.iterations,
+      dir.string());
+  return a;
+}
+
+std::filesystem::path fused_device_perf(const MeshRun& run, const FusedOpCase& c,
+                                        const FusedInputs& in, const FusedSetup& s,
+                                        const std::filesystem::path& dir) {
+  check_fused_case(c, s);
+  const MeshDevice& mesh = run.mesh();
+  FusedRunner runner(mesh, c.fused, s, chunks_of(in.inputs, run.shape(), run.coord()));
+  const std::vector<perf::OpRecord> mine = profile_iterations(runner);
+  const std::vector<perf::OpRecord> all = gather_records(mesh, mine);
+  if (mesh.device_id() != 0) return {};
+  write_fused_device_perf(all, c.name, dir, run_label(run, s.params));
+  return dir / fmt::format("ops_perf_{}.csv", c.name);
+}
+
+std::string ccl_skip_reason(std::span<const perf::OpRecord> records) {
+  for (const perf::OpRecord& r : records) {
+    if (r.op_type == perf::OpType::ccl) {
+      return fmt::format(
+          "the fused op contains a CCL ({}): device 0's chunk run alone would not "
+          "be device 0's computation",
+          r.op_code);
+    }
+  }
+  return {};
+}
+
+SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, const FusedInputs& in,
+                                    const FusedSetup& s, const std::filesystem::path& multi_report,
+                                    const std::filesystem::path& dir) {
+  check_fused_case(c, s);
+  if (run.mesh().device_id() != 0) return {};
+  const perf::OpsReport multi = perf::read_ops_csv(multi_report);
+  SingleDeviceRun r;
+  r.skipped = ccl_skip_reason(multi.records);
+  if (!r.skipped.empty()) return r;
+
+  // Device 0's chunk by the placements, its shapes looked up in the report.
+  const std::vector<Tensor> chunk = chunks_of(in.inputs, run.shape(), {0, 0});
+  r.unconfirmed = shapes_not_in_report(in.inputs, chunk, multi);
+  if (!r.unconfirmed.empty()) {
+    fmt::print(
+        "{}: note: device 0's chunk of {} ({}) is no op's input in {}: its shape comes from "
+        "the placements alone (a fused op that records an inner op in its place?)\n",
+        c.name, r.unconfirmed.size() == 1 ? "input" : "inputs", fmt::join(r.unconfirmed, ", "),
+        multi_report.string());
+  }
+
+  const std::string label = fmt::format("{} single device, chunk of {}x{}",
+                                        fused_param_name(s.params), run.shape()[0], run.shape()[1]);
+  const MeshDevice one = single_device_mesh();
+  FusedRunner runner(one, c.fused, s, chunk);
+  write_fused_device_perf(profile_iterations(runner), c.name, dir, label);
+  r.report = dir / fmt::format("ops_perf_{}.csv", c.name);
+  r.check = compare_fused_outputs(c, s, c.reference(s, chunk), runner.run(), label);
+  r.shapes = perf::compare_shapes(perf::read_ops_csv(r.report), multi);
+  if (!r.shapes.ok) {
+    std::string problems;
+    for (const std::string& s : r.shapes.problems) problems += "\n  " + s;
+    ADD_FAILURE() << c.name << " (" << label << "): the single-device shapes differ from device 0's"
+                  << " (meshtest-report shapes " << r.report.string() << " "
+                  << multi_report.string() << "): " << r.shapes.summary << problems;
+  }
+  fmt::print("{} {}: pcc {:.7f}; shapes vs device 0: {}\n", c.name, label,
+             r.check.pcc.empty() ? 0.0 : r.check.pcc.front().value, r.shapes.summary);
+  return r;
+}
+
+// ---- FusedOpTest ---------------------------------------------------------------------------
+
+void FusedOpTest::SetUp() {
+  case_ = make_case();
+  check_fused_case(case_);
+  const FusedParams& p = GetParam();
+  if (const std::string why = fused_skip_reason(case_, p); !why.empty()) GTEST_SKIP() << why;
+  if (p.weights == FusedWeights::checkpoint) {
+    checkpoint_.emplace(CheckpointDir::open(fused_checkpoint_dir()));
+  }
+  run_.emplace(case_.mesh.value_or(MeshShape{1, world_size()}),
+               FixedMeshOptions{.chunk_fallback = case_.chunk_fallback});
+}
+
+void FusedOpTest::TearDown() {
+  test_body_done();  // before freeing the mesh's communicators (see test_body_done)
+  run_.reset();
+}
+
+FusedSetup FusedOpTest::setup() const {
+  return {.params = GetParam(),
+          .mesh = run_->shape(),
+          .checkpoint = checkpoint_ ? &*checkpoint_ : nullptr};
+}
+
+void FusedOpTest::run_check() {
+  MESHTEST_MESH_RUN_OR_SKIP(*run_);
+  const FusedParams& p = GetParam();
+  const FusedSetup s = setup();
+  const FusedInputs in = make_fused_inputs(case_, s);
+  check_fused(*run_, case_, in, s);
+  // e2e: never asserted; to check/measurements.json.
+  const MeshDevice& mesh = run_->mesh();
+  FusedRunner runner(mesh, case_.fused, s, chunks_of(in.inputs, run_->shape(), run_->coord()));
+  const perf::E2eStats e2e = time_e2e(mesh, [&] { runner.run(); });
+  if (mesh.device_id() != 0) return;
+  const std::filesystem::path dir = fused_report_dir(case_.name, run_->shape(), p, "check");
+  std::filesystem::create_directories(dir);
+  perf::Aggregate none;  // no profiled ops here: device_perf has them
+  none.devices = mesh.size();
+  perf::write_text_atomic(dir / "measurements.json",
+                          perf::measurements_json(case_.name, none, e2e));
+  fmt::print(
+      "{} {}: e2e mean {:.2f} us (min {:.2f}, max {:.2f}, std {:.2f}) over {} calls after "
+      "{} warm-up{} -> {}\n",
+      case_.name, run_label(*run_, p), e2e.mean_us, e2e.min_us, e2e.max_us, e2e.std_us,
+      e2e.iterations, e2e.warmup, runner.replay_is_eager() && p.trace ? " (replay is eager)" : "",
+      dir.string());
+}
+
+void FusedOpTest::run_device_perf() {
+  MESHTEST_MESH_RUN_OR_SKIP(*run_);
+  const FusedParams& p = GetParam();
+  const FusedSetup s = setup();
+  fused_device_perf(*run_, case_, make_fused_inputs(case_, s), s,
+                    fused_report_dir(case_.name, run_->shape(), p, "device_perf"));
+}
+
+void FusedOpTest::run_single_device() {
+  MESHTEST_MESH_RUN_OR_SKIP(*run_);
+  const FusedParams& p = GetParam();
+  const FusedSetup s = setup();
+  const FusedInputs in = make_fused_inputs(case_, s);
+  const std::filesystem::path multi = fused_device_perf(
+      *run_, case_, in, s, fused_report_dir(case_.name, run_->shape(), p, "device_perf"));
+  const SingleDeviceRun r = fused_single_device(
+      *run_, case_, in, s, multi, fused_report_dir(case_.name, run_->shape(), p, "single_device"));
+  if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
+}
+
+}  // namespace meshtest::dist::testing

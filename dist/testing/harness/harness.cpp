@@ -1,0 +1,125 @@
+// run_all_tests: MPI and the control channel around RUN_ALL_TESTS.
+#include "dist/testing/harness/harness.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <optional>
+
+#include "dist/ccl/ccl_log.hpp"
+#include "dist/mesh/environment.hpp"
+#include "dist/mesh/mpi_check.hpp"
+#include "dist/testing/harness/control.hpp"
+#include "dist/testing/harness/crash.hpp"
+#include "dist/testing/harness/flags.hpp"
+#include "dist/testing/harness/listener.hpp"
+#include "dist/testing/harness/output.hpp"
+#include "src/core/eigen_cache.hpp"
+
+namespace meshtest::dist::testing {
+
+namespace {
+
+using detail::config;
+
+/// Reads the harness's environment variables and dups the control communicators.
+void configure() {
+  detail::Config& c = config();
+  c.rank = world_rank();
+  c.size = world_size();
+  c.default_timeout = detail::env_seconds("MESHTEST_TEST_TIMEOUT", c.default_timeout);
+  c.failure_grace = detail::env_seconds("MESHTEST_FAILURE_GRACE", c.failure_grace);
+  set_flight_dir(std::filesystem::path(detail::reports_dir()) / "flight", detail::activity);
+  for (MPI_Comm* comm : {&c.to_root, &c.from_root}) {
+    MESHTEST_MPI(MPI_Comm_dup(MPI_COMM_WORLD, comm));
+    MESHTEST_MPI(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  }
+}
+
+int run(int& argc, char** argv) {
+  // Another processor's GEMM blocking; a malformed value throws on every rank alike.
+  const std::optional<CacheSizes> cache = apply_eigen_cache_env();
+  configure();
+  const detail::Config& c = config();
+  const bool redirected = detail::setup_rank_output(c.rank, c.size);
+  if (c.rank == 0 && cache) {
+    std::printf("[meshtest] Eigen's GEMM blocking as for caches of %s (MESHTEST_EIGEN_CACHE)\n",
+                cache->str().c_str());
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  if (detail::asks_for_help(argc, argv)) {
+    std::fputs(detail::harness_flags_help().c_str(), stdout);  // after GoogleTest's help
+  } else {
+    detail::take_harness_flags(argc, argv);  // a malformed one throws on every rank alike
+  }
+  detail::install_listeners();
+  detail::agree_on_random_seed();
+  detail::install_crash_handlers(c.rank, c.size, detail::original_stderr_fd(), redirected);
+  detail::start_control_thread();
+  detail::arm_exit_hook();
+
+  const int local = RUN_ALL_TESTS();
+  detail::Arrival done;
+  done.finish = true;
+  done.status = local != 0 ? detail::Status::failed : detail::Status::passed;
+  done.exit_code = local;
+  const detail::Verdict final = detail::exchange(done);
+  detail::stop_control_thread();
+  detail::disarm_exit_hook();
+  if (c.rank == 0 && final.exit_code != 0 && local == 0) {
+    std::printf("[meshtest] %s (see %s/logs/rank<r>.log)\n", final.summary.c_str(),
+                detail::reports_dir().c_str());
+  }
+  if (c.rank != 0) {
+    std::printf("[meshtest] rank %d exits with code %d\n", c.rank, final.exit_code);
+  }
+  std::fflush(stdout);
+  for (MPI_Comm* comm : {&config().to_root, &config().from_root}) {
+    MPI_Comm_free(comm);
+  }
+  return final.exit_code;
+}
+
+}  // namespace
+
+int run_all_tests(int& argc, char** argv) {
+  std::optional<Environment> env;
+  try {
+    env.emplace(argc, argv, MPI_THREAD_MULTIPLE);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[meshtest] cannot start the MPI test harness: %s\n", e.what());
+    return 1;
+  }
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    detail::disarm_exit_hook();
+    detail::write_original_stderr(fmt::format("[rank {}/{}] meshtest harness error: {}\n",
+                                              world_rank(), world_size(), e.what()));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}
+
+void set_test_timeout(std::chrono::milliseconds timeout) { detail::set_timeout(timeout); }
+
+std::chrono::milliseconds default_test_timeout() { return config().default_timeout; }
+
+void test_body_done() { detail::send_body_done(); }
+
+int world_rank() {
+  int r = 0;
+  MESHTEST_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &r));
+  return r;
+}
+
+int world_size() {
+  int n = 0;
+  MESHTEST_MPI(MPI_Comm_size(MPI_COMM_WORLD, &n));
+  return n;
+}
+
+}  // namespace meshtest::dist::testing

@@ -1,0 +1,78 @@
+// The control thread's life cycle, the watchdog of ranks 1..N-1, and the main thread's exchange.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "dist/testing/harness/control.hpp"
+#include "dist/testing/harness/crash.hpp"
+#include "dist/testing/harness/output.hpp"
+
+namespace meshtest::dist::testing::detail {
+
+namespace {
+
+std::thread* g_thread = nullptr;  // never destroyed: exit() mid-test must not join or terminate
+std::atomic<bool> g_stop{false};
+
+/// Answers the coordinator's queries with this rank's snapshot until stopped.
+void run_watchdog() {
+  const Config& c = config();
+  while (!g_stop.load()) {
+    if (auto query = try_receive(c.from_root, 0, kQuery)) {
+      const auto [id, dump] = decode_query(query->bytes);
+      send(c.to_root, 0, kSnapshot,
+           encode(dump.empty() ? snapshot(id) : snapshot_with_flight(id, dump)));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void guarded(void (*body)()) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    const Config& c = config();
+    disarm_exit_hook();
+    write_original_stderr(fmt::format("[rank {}/{}] meshtest harness control thread failed: {}\n",
+                                      c.rank, c.size, e.what()));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+}  // namespace
+
+void start_control_thread() {
+  g_stop.store(false);
+  g_thread = new std::thread(guarded, config().rank == 0 ? run_coordinator : run_watchdog);
+}
+
+void stop_control_thread() {
+  g_stop.store(true);
+  if (g_thread != nullptr && g_thread->joinable()) {
+    g_thread->join();
+  }
+}
+
+void send_body_done() {
+  if (g_thread == nullptr) return;  // no harness (e.g. a fixture in a plain gtest main)
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (t == nullptr || ::testing::Test::HasFailure()) return;  // a failure has kFailed
+  Arrival a;
+  a.name = fmt::format("{}.{}", t->test_suite_name(), t->name());
+  a.status = ::testing::Test::IsSkipped() ? Status::skipped : Status::passed;
+  a.groups = ccl_group_counts();
+  send(config().to_root, 0, kBodyDone, encode(a));
+}
+
+Verdict exchange(const Arrival& arrival) {
+  const Config& c = config();
+  send(c.to_root, 0, kArrive, encode(arrival));
+  return decode_verdict(receive(c.from_root, 0, kVerdict).bytes);
+}
+
+}  // namespace meshtest::dist::testing::detail
