@@ -1,0 +1,102 @@
+// DeviceTensor: an owning, contiguous, row-major tensor whose storage is on one GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/dtype.hpp"
+#include "src/core/shape.hpp"
+#include "src/core/tensor.hpp"
+
+namespace meshtest::gpu {
+
+/// Owning, contiguous, row-major tensor in the memory of one GPU (cudaMalloc on the device
+/// current at construction; never managed memory), with meshtest::Tensor's shapes, dtypes and
+/// slice/split rules. Copies are deep (device to device, on the source's device); moves are
+/// cheap. A tensor of no elements holds no storage and no device.
+///
+/// Synchronization: every member and function here is complete when it returns (its copies
+/// and fills run on the legacy default stream, which is then synchronized). Work that another
+/// stream queued on a tensor must be finished (synchronized) before the tensor is passed here.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  /// Zero-filled tensor on the current device.
+  DeviceTensor(Shape shape, DType dtype);
+  /// Tensor on the current device with unspecified elements (outputs written completely).
+  DeviceTensor(Shape shape, DType dtype, Tensor::Uninitialized);
+  ~DeviceTensor();
+
+  DeviceTensor(const DeviceTensor& other);
+  DeviceTensor& operator=(const DeviceTensor& other);
+  DeviceTensor(DeviceTensor&& other) noexcept;
+  DeviceTensor& operator=(DeviceTensor&& other) noexcept;
+
+  /// Copy of a host tensor onto the current device.
+  static DeviceTensor from_host(const Tensor& host);
+  /// Copy of this tensor in host memory.
+  Tensor to_host() const;
+
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int rank() const { return shape_.rank(); }
+  std::int64_t numel() const { return shape_.numel(); }
+  std::size_t nbytes() const { return nbytes_; }
+  bool empty() const { return numel() == 0; }
+  /// CUDA ordinal of the device holding the storage; -1 when empty.
+  int device() const { return device_; }
+
+  /// Device pointers to the storage (null when empty).
+  std::byte* bytes() { return data_.get(); }
+  const std::byte* bytes() const { return data_.get(); }
+  /// Typed device pointer; throws Error if T does not match the dtype.
+  template <class T>
+  T* data() {
+    check_type(dtype_of<T>());
+    return reinterpret_cast<T*>(data_.get());
+  }
+  template <class T>
+  const T* data() const {
+    check_type(dtype_of<T>());
+    return reinterpret_cast<const T*>(data_.get());
+  }
+
+  /// Copy of [start, start + size) along dim, on this tensor's device.
+  DeviceTensor slice(int dim, std::int64_t start, std::int64_t size) const;
+  DeviceTensor slice(int dim, Range r) const { return slice(dim, r.start, r.size); }
+  /// Writes `src` into [start, start + src.shape()[dim]) along dim; other dims and the dtype
+  /// must match, and both tensors be on one device.
+  void assign_slice(int dim, std::int64_t start, const DeviceTensor& src);
+  /// Same elements, new shape (numel must match); a copy on this tensor's device.
+  DeviceTensor reshape(Shape shape) const;
+  /// Same dtype, shape and bytes (compared on the host, so the two may be on two devices).
+  bool bitwise_equal(const DeviceTensor& other) const;
+
+ private:
+  struct Free {
+    int device = -1;
+    void operator()(std::byte* p) const noexcept;
+  };
+  void allocate();
+  void check_type(DType want) const;
+
+  Shape shape_;
+  DType dtype_ = DType::f32;
+  std::size_t nbytes_ = 0;
+  int device_ = -1;
+  std::unique_ptr<std::byte, Free> data_;
+};
+
+/// Concatenates along dim; all other dims, the dtype and the device must match. Needs >= 1
+/// part. The result is on the parts' device.
+DeviceTensor concat(const std::vector<DeviceTensor>& parts, int dim);
+/// Splits along dim into p parts by the array_split rule, each on t's device.
+std::vector<DeviceTensor> split(const DeviceTensor& t, int p, int dim);
+
+/// "f32[2, 3] on cuda:0" ("f32[0, 3] (empty)" for no elements).
+std::string describe(const DeviceTensor& t);
+
+}  // namespace meshtest::gpu
