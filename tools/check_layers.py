@@ -30,6 +30,7 @@ LAYERS = [
     "src/check",  # gpt_oss_chains counts the gpt-oss blocks of src/models
     "src/dp",
     "src/kernels",  # each version is checked with src/check's metrics and tolerance
+    "src/gpu",  # device tensors and kernels: on src/core only
     "dist/mesh",
     "dist/ccl",
     "dist/shard",
@@ -46,7 +47,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 # Headers of MPI, which nothing under src/ may include.
 MPI_HEADERS = {"mpi.h", "mpi.hpp", "mpicxx.h"}
 
-SOURCE_SUFFIXES = {".hpp", ".cpp", ".h", ".cc"}
+SOURCE_SUFFIXES = {".hpp", ".cpp", ".h", ".cc", ".cu", ".cuh"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 DESIGN = "docs/design.md"
 

@@ -13,6 +13,14 @@
 
 namespace meshtest::gpu {
 
+namespace detail {
+/// cudaFree on the device that allocated the storage.
+struct DeviceFree {
+  int device = -1;
+  void operator()(std::byte* p) const noexcept;
+};
+}  // namespace detail
+
 /// Owning, contiguous, row-major tensor in the memory of one GPU (cudaMalloc on the device
 /// current at construction; never managed memory), with meshtest::Tensor's shapes, dtypes and
 /// slice/split rules. Copies are deep (device to device, on the source's device); moves are
@@ -76,10 +84,6 @@ class DeviceTensor {
   bool bitwise_equal(const DeviceTensor& other) const;
 
  private:
-  struct Free {
-    int device = -1;
-    void operator()(std::byte* p) const noexcept;
-  };
   void allocate();
   void check_type(DType want) const;
 
@@ -87,7 +91,7 @@ class DeviceTensor {
   DType dtype_ = DType::f32;
   std::size_t nbytes_ = 0;
   int device_ = -1;
-  std::unique_ptr<std::byte, Free> data_;
+  std::unique_ptr<std::byte, detail::DeviceFree> data_;
 };
 
 /// Concatenates along dim; all other dims, the dtype and the device must match. Needs >= 1

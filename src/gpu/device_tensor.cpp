@@ -1,0 +1,254 @@
+// DeviceTensor storage (cudaMalloc), host copies, slicing, concat and split on one GPU.
+#include "src/gpu/device_tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "src/gpu/runtime.hpp"
+
+namespace meshtest::gpu {
+namespace {
+
+// Every copy and fill runs on the legacy default stream and is waited for, so that a
+// DeviceTensor operation is complete when it returns (see the header).
+void finish() { MESHTEST_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
+
+/// `rows` rows of `width` bytes from src (rows `spitch` bytes apart) to dst (`dpitch` apart),
+/// on the current device; complete on return.
+void copy_rows(std::byte* dst, std::size_t dpitch, const std::byte* src, std::size_t spitch,
+               std::size_t width, std::int64_t rows) {
+  if (width == 0 || rows <= 0) return;
+  const auto n = static_cast<std::size_t>(rows);
+  if (n == 1 || (dpitch == width && spitch == width)) {
+    MESHTEST_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, width * n, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+    return finish();
+  }
+  int max_pitch = 0;
+  MESHTEST_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, current_device()));
+  if (dpitch <= static_cast<std::size_t>(max_pitch) &&
+      spitch <= static_cast<std::size_t>(max_pitch)) {
+    MESHTEST_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, n,
+                                          cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+  } else {  // rows too far apart for a 2-D copy: few of them, each large
+    for (std::size_t r = 0; r < n; ++r) {
+      MESHTEST_CUDA_CHECK(cudaMemcpyAsync(dst + r * dpitch, src + r * spitch, width,
+                                          cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+    }
+  }
+  finish();
+}
+
+/// The current device made `device` for a scope; no change for a tensor without storage (-1).
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    if (device >= 0) guard_.emplace(device);
+  }
+
+ private:
+  std::optional<DeviceGuard> guard_;
+};
+
+void check_same_device(const char* op, const DeviceTensor& a, const DeviceTensor& b) {
+  MESHTEST_CHECK(a.device() < 0 || b.device() < 0 || a.device() == b.device(),
+                 "{}: tensors on two devices ({} and {})", op, describe(a), describe(b));
+}
+
+}  // namespace
+
+void detail::DeviceFree::operator()(std::byte* p) const noexcept {
+  int previous = -1;
+  const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
+  if (switch_device) (void)cudaSetDevice(device);
+  (void)cudaFree(p);
+  if (switch_device) (void)cudaSetDevice(previous);
+}
+
+DeviceTensor::DeviceTensor(Shape shape, DType dtype, Tensor::Uninitialized)
+    : shape_(shape), dtype_(dtype) {
+  allocate();
+}
+
+DeviceTensor::DeviceTensor(Shape shape, DType dtype)
+    : DeviceTensor(shape, dtype, Tensor::Uninitialized{}) {
+  if (nbytes_ == 0) return;
+  MESHTEST_CUDA_CHECK(cudaMemsetAsync(bytes(), 0, nbytes_, cudaStreamLegacy));
+  finish();
+}
+
+DeviceTensor::~DeviceTensor() = default;
+
+void DeviceTensor::allocate() {
+  const std::int64_t n = shape_.numel();
+  const std::size_t size = dtype_size(dtype_);
+  MESHTEST_CHECK(
+      n >= 0 && static_cast<std::uint64_t>(n) <= std::numeric_limits<std::size_t>::max() / size,
+      "DeviceTensor {}{}: {} elements of {} bytes do not fit in memory", dtype_, shape_, n, size);
+  nbytes_ = static_cast<std::size_t>(n) * size;
+  if (nbytes_ == 0) return;
+  device_ = current_device();
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, nbytes_);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::size_t free = 0, total = 0;
+    const bool known = cudaMemGetInfo(&free, &total) == cudaSuccess;
+    (void)cudaGetLastError();
+    fail("cudaMalloc of {} bytes for {}{} on cuda:{} failed: {} ({}); the device has {}", nbytes_,
+         dtype_, shape_, device_, cudaGetErrorString(err), cudaGetErrorName(err),
+         known ? fmt::format("{} of {} bytes free", free, total) : "unknown free memory");
+  }
+  data_ = std::unique_ptr<std::byte, detail::DeviceFree>(static_cast<std::byte*>(p),
+                                                         detail::DeviceFree{device_});
+}
+
+DeviceTensor::DeviceTensor(const DeviceTensor& other) : shape_(other.shape_), dtype_(other.dtype_) {
+  const OnDevice on_device(other.device_);
+  allocate();
+  copy_rows(bytes(), nbytes_, other.bytes(), nbytes_, nbytes_, 1);
+}
+
+DeviceTensor& DeviceTensor::operator=(const DeviceTensor& other) {
+  if (this != &other) *this = DeviceTensor(other);
+  return *this;
+}
+
+DeviceTensor::DeviceTensor(DeviceTensor&& other) noexcept
+    : shape_(std::exchange(other.shape_, Shape{})),
+      dtype_(other.dtype_),
+      nbytes_(std::exchange(other.nbytes_, 0)),
+      device_(std::exchange(other.device_, -1)),
+      data_(std::move(other.data_)) {}
+
+DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
+  if (this != &other) {
+    shape_ = std::exchange(other.shape_, Shape{});
+    dtype_ = other.dtype_;
+    nbytes_ = std::exchange(other.nbytes_, 0);
+    device_ = std::exchange(other.device_, -1);
+    data_ = std::move(other.data_);
+  }
+  return *this;
+}
+
+DeviceTensor DeviceTensor::from_host(const Tensor& host) {
+  DeviceTensor out(host.shape(), host.dtype(), Tensor::Uninitialized{});
+  if (out.nbytes_ == 0) return out;
+  MESHTEST_CUDA_CHECK(cudaMemcpyAsync(out.bytes(), host.bytes(), out.nbytes_,
+                                      cudaMemcpyHostToDevice, cudaStreamLegacy));
+  finish();
+  return out;
+}
+
+Tensor DeviceTensor::to_host() const {
+  Tensor out(shape_, dtype_, Tensor::Uninitialized{});
+  if (nbytes_ == 0) return out;
+  const OnDevice on_device(device_);
+  MESHTEST_CUDA_CHECK(
+      cudaMemcpyAsync(out.bytes(), bytes(), nbytes_, cudaMemcpyDeviceToHost, cudaStreamLegacy));
+  finish();
+  return out;
+}
+
+void DeviceTensor::check_type(DType want) const {
+  MESHTEST_CHECK(want == dtype_, "DeviceTensor {}: accessed as {}, but its dtype is {}",
+                 describe(*this), want, dtype_);
+}
+
+DeviceTensor DeviceTensor::slice(int dim, std::int64_t start, std::int64_t size) const {
+  const int d = shape_.normalize_dim(dim);
+  const std::int64_t n = shape_[d];
+  MESHTEST_CHECK(start >= 0 && size >= 0 && start + size <= n,
+                 "slice [{}, {}) out of range along dim {} of size {} (tensor {})", start,
+                 start + size, d, n, describe(*this));
+  const OnDevice on_device(device_);
+  DeviceTensor out(shape_.with(d, size), dtype_, Tensor::Uninitialized{});
+  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
+  const std::size_t src_block = static_cast<std::size_t>(n) * inner;
+  const std::size_t dst_block = static_cast<std::size_t>(size) * inner;
+  if (out.nbytes_ == 0) return out;
+  copy_rows(out.bytes(), dst_block, bytes() + static_cast<std::size_t>(start) * inner, src_block,
+            dst_block, shape_.outer(d));
+  return out;
+}
+
+void DeviceTensor::assign_slice(int dim, std::int64_t start, const DeviceTensor& src) {
+  const int d = shape_.normalize_dim(dim);
+  MESHTEST_CHECK(src.dtype_ == dtype_, "assign_slice: dtype {} into a tensor of dtype {}",
+                 src.dtype_, dtype_);
+  MESHTEST_CHECK(src.rank() == rank() && src.shape_.with(d, shape_[d]) == shape_,
+                 "assign_slice: shape {} does not fit {} along dim {}", src.shape_, shape_, d);
+  const std::int64_t size = src.shape_[d];
+  MESHTEST_CHECK(start >= 0 && start + size <= shape_[d],
+                 "assign_slice: [{}, {}) out of range along dim {} of size {}", start, start + size,
+                 d, shape_[d]);
+  check_same_device("assign_slice", src, *this);
+  if (src.nbytes_ == 0) return;
+  const OnDevice on_device(device_);
+  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
+  const std::size_t dst_block = static_cast<std::size_t>(shape_[d]) * inner;
+  const std::size_t src_block = static_cast<std::size_t>(size) * inner;
+  copy_rows(bytes() + static_cast<std::size_t>(start) * inner, dst_block, src.bytes(), src_block,
+            src_block, shape_.outer(d));
+}
+
+DeviceTensor DeviceTensor::reshape(Shape shape) const {
+  MESHTEST_CHECK(shape.numel() == numel(), "reshape: {} has {} elements, {} has {}", shape_,
+                 numel(), shape, shape.numel());
+  DeviceTensor out = *this;
+  out.shape_ = shape;
+  return out;
+}
+
+bool DeviceTensor::bitwise_equal(const DeviceTensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ &&
+         to_host().bitwise_equal(other.to_host());
+}
+
+DeviceTensor concat(const std::vector<DeviceTensor>& parts, int dim) {
+  MESHTEST_CHECK(!parts.empty(), "concat: no tensors given");
+  const DeviceTensor& first = parts.front();
+  const int d = first.shape().normalize_dim(dim);
+  std::int64_t total = 0;
+  int device = -1;
+  for (const DeviceTensor& p : parts) {
+    MESHTEST_CHECK(p.dtype() == first.dtype(), "concat: dtypes differ ({} and {})", first.dtype(),
+                   p.dtype());
+    MESHTEST_CHECK(p.rank() == first.rank() && p.shape().with(d, first.shape()[d]) == first.shape(),
+                   "concat along dim {}: shapes {} and {} differ in another dim", d, first.shape(),
+                   p.shape());
+    MESHTEST_CHECK(device < 0 || p.device() < 0 || p.device() == device,
+                   "concat: parts on two devices (cuda:{} and {})", device, describe(p));
+    if (device < 0) device = p.device();
+    total += p.shape()[d];
+  }
+  const OnDevice on_device(device);
+  DeviceTensor out(first.shape().with(d, total), first.dtype(), Tensor::Uninitialized{});
+  std::int64_t at = 0;
+  for (const DeviceTensor& p : parts) {
+    out.assign_slice(d, at, p);
+    at += p.shape()[d];
+  }
+  return out;
+}
+
+std::vector<DeviceTensor> split(const DeviceTensor& t, int p, int dim) {
+  const int d = t.shape().normalize_dim(dim);
+  MESHTEST_CHECK(p >= 1, "split: {} parts asked of {}", p, describe(t));
+  std::vector<DeviceTensor> out;
+  out.reserve(static_cast<std::size_t>(p));
+  for (int i = 0; i < p; ++i) out.push_back(t.slice(d, split_range(t.shape()[d], p, i)));
+  return out;
+}
+
+std::string describe(const DeviceTensor& t) {
+  if (t.device() < 0) return fmt::format("{}{} (empty)", t.dtype(), t.shape());
+  return fmt::format("{}{} on cuda:{}", t.dtype(), t.shape(), t.device());
+}
+
+}  // namespace meshtest::gpu

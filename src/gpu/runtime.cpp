@@ -1,0 +1,113 @@
+// runtime: the CUDA error check, device selection, and the Stream and Event owners.
+#include "src/gpu/runtime.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <utility>
+
+namespace meshtest::gpu {
+
+void cuda_fail(cudaError_t err, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();  // a non-sticky error must not resurface at the next check
+  fail("CUDA error {}: {} in `{}` ({}:{})", cudaGetErrorName(err), cudaGetErrorString(err), expr,
+       file, line);
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string no_gpu_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString(err),
+                       cudaGetErrorName(err));
+  }
+  if (n > 0) return "";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return fmt::format("cudaGetDeviceCount: no device visible (CUDA_VISIBLE_DEVICES={})",
+                     visible != nullptr ? visible : "unset");
+}
+
+void set_device(int ordinal) {
+  const int n = device_count();
+  MESHTEST_CHECK(ordinal >= 0 && ordinal < n,
+                 "set_device: no CUDA device {}: this process sees {} device{}{}", ordinal, n,
+                 n == 1 ? "" : "s", n == 0 ? fmt::format(" ({})", no_gpu_reason()) : "");
+  MESHTEST_CUDA_CHECK(cudaSetDevice(ordinal));
+}
+
+int current_device() {
+  int d = 0;
+  MESHTEST_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+DeviceGuard::DeviceGuard(int ordinal) : previous_(current_device()) {
+  if (ordinal != previous_) {
+    set_device(ordinal);
+    switched_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (switched_) (void)cudaSetDevice(previous_);
+}
+
+Stream::Stream() : device_(current_device()) {
+  MESHTEST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+Stream::Stream(Stream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)), device_(std::exchange(other.device_, -1)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    stream_ = std::exchange(other.stream_, nullptr);
+    device_ = std::exchange(other.device_, -1);
+  }
+  return *this;
+}
+
+void Stream::synchronize() const { MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+Event::Event() { MESHTEST_CUDA_CHECK(cudaEventCreate(&event_)); }
+
+Event::~Event() {
+  if (event_ != nullptr) (void)cudaEventDestroy(event_);
+}
+
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+void Event::record(cudaStream_t stream) { MESHTEST_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+
+void Event::synchronize() const { MESHTEST_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+float Event::elapsed_ms_since(const Event& start) const {
+  float ms = 0;
+  MESHTEST_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+  return ms;
+}
+
+}  // namespace meshtest::gpu
