@@ -31,6 +31,7 @@ LAYERS = [
     "src/dp",
     "src/kernels",  # each version is checked with src/check's metrics and tolerance
     "dist/mesh",
+    "dist/gpu",  # the mesh over NCCL: below dist/ccl, whose GPU path may use it
     "dist/ccl",
     "dist/shard",
     "dist/perf",
