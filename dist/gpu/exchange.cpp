@@ -15,9 +15,17 @@ namespace {
 
 /// Byte offsets and sizes of p blocks laid end to end.
 struct Blocks {
-  std::vector<std::size_t> offset, bytes;
+  std::vector<std::size_t> offsets, sizes;
   std::size_t total = 0;
   bool even = true;  // every block has the same size
+
+  std::size_t offset(int j) const { return offsets[static_cast<std::size_t>(j)]; }
+  std::size_t size(int j) const { return sizes[static_cast<std::size_t>(j)]; }
+  /// Block j of the buffer at `base`: (pointer, bytes).
+  template <class B>
+  std::pair<B*, std::size_t> of(B* base, int j) const {
+    return {base + offset(j), size(j)};
+  }
 };
 
 Blocks blocks_of(const NcclGroup& g, Counts counts, DType t, std::string_view what) {
@@ -27,9 +35,9 @@ Blocks blocks_of(const NcclGroup& g, Counts counts, DType t, std::string_view wh
   Blocks b;
   for (std::size_t j = 0; j < counts.size(); ++j) {
     MESHTEST_DIST_CHECK(counts[j] >= 0, "{}: block {} has {} elements", what, j, counts[j]);
-    b.offset.push_back(b.total);
-    b.bytes.push_back(static_cast<std::size_t>(counts[j]) * dtype_size(t));
-    b.total += b.bytes.back();
+    b.offsets.push_back(b.total);
+    b.sizes.push_back(static_cast<std::size_t>(counts[j]) * dtype_size(t));
+    b.total += b.sizes.back();
     b.even = b.even && counts[j] == counts[0];
   }
   return b;
@@ -97,22 +105,17 @@ void copy_own(NcclGroup& g, std::byte* to, const std::byte* from, std::size_t by
 void reduce_scatter_exact(NcclGroup& g, const std::byte* in, const Blocks& b, std::int64_t mine,
                           std::byte* out, DType t, Reduce op) {
   const int p = g.size(), me = g.index();
-  const std::size_t bytes = b.bytes[static_cast<std::size_t>(me)];
+  const std::size_t bytes = b.size(me);
   // The block from device j (j != me) lands in slot j of the staging memory, in axis order.
   std::byte* staging = g.workspace(bytes * static_cast<std::size_t>(p - 1));
   auto slot = [&](int j) { return staging + static_cast<std::size_t>(j < me ? j : j - 1) * bytes; };
   send_recv(
-      g, "reduce_scatter (exact)",
-      [&](int j) {
-        return std::pair(in + b.offset[static_cast<std::size_t>(j)],
-                         b.bytes[static_cast<std::size_t>(j)]);
-      },
+      g, "reduce_scatter (exact)", [&](int j) { return b.of(in, j); },
       [&](int j) { return std::pair(slot(j), bytes); });
   if (mine == 0) return;
   std::vector<const std::byte*> terms(static_cast<std::size_t>(p));
   for (int j = 0; j < p; ++j) {
-    terms[static_cast<std::size_t>(j)] =
-        j == me ? in + b.offset[static_cast<std::size_t>(me)] : slot(j);
+    terms[static_cast<std::size_t>(j)] = j == me ? in + b.offset(me) : slot(j);
   }
   meshtest::gpu::reduce_terms(out, terms, mine, t, op, g.stream());
 }
@@ -120,21 +123,18 @@ void reduce_scatter_exact(NcclGroup& g, const std::byte* in, const Blocks& b, st
 /// Every device's `own` block into its place of `out` on every device.
 void gather_blocks(NcclGroup& g, const std::byte* own, const Blocks& b, std::byte* out,
                    std::string_view what) {
-  const auto me = static_cast<std::size_t>(g.index());
+  const int me = g.index();
   if (b.total == 0) return;
   if (b.even) {
     g.grouped(what, [&] {
-      MESHTEST_NCCL(ncclAllGather(own, out, b.bytes[0], ncclUint8, g.comm(), g.stream()), g.comm());
+      MESHTEST_NCCL(ncclAllGather(own, out, b.size(0), ncclUint8, g.comm(), g.stream()), g.comm());
     });
     return;
   }
-  copy_own(g, out + b.offset[me], own, b.bytes[me]);
+  copy_own(g, out + b.offset(me), own, b.size(me));
   send_recv(
-      g, what, [&](int) { return std::pair(own, b.bytes[me]); },
-      [&](int j) {
-        return std::pair(out + b.offset[static_cast<std::size_t>(j)],
-                         b.bytes[static_cast<std::size_t>(j)]);
-      });
+      g, what, [&](int) { return std::pair(own, b.size(me)); },
+      [&](int j) { return b.of(out, j); });
 }
 
 }  // namespace
@@ -175,11 +175,12 @@ void reduce_scatter(NcclGroup& g, const std::byte* in, Counts counts, std::byte*
                     Reduce op, Numerics numerics) {
   check_reduction(t, op, "reduce_scatter");
   const Blocks b = blocks_of(g, counts, t, "reduce_scatter");
-  const auto me = static_cast<std::size_t>(g.index());
+  const int me = g.index();
+  const std::int64_t mine = counts[static_cast<std::size_t>(me)];
   check_buffer(in, b.total, "reduce_scatter", "the input");
-  check_buffer(out, b.bytes[me], "reduce_scatter", "the output");
+  check_buffer(out, b.size(me), "reduce_scatter", "the output");
   if (b.total == 0) return;
-  if (numerics == Numerics::exact) return reduce_scatter_exact(g, in, b, counts[me], out, t, op);
+  if (numerics == Numerics::exact) return reduce_scatter_exact(g, in, b, mine, out, t, op);
   const ncclDataType_t type = nccl_type(t);
   const ncclRedOp_t nop = nccl_op(op);
   g.grouped("reduce_scatter (NCCL)", [&] {
@@ -190,12 +191,11 @@ void reduce_scatter(NcclGroup& g, const std::byte* in, Counts counts, std::byte*
       return;
     }
     for (int j = 0; j < g.size(); ++j) {  // uneven blocks: one ncclReduce to each device
-      const auto at = static_cast<std::size_t>(j);
-      if (counts[at] == 0) continue;
-      MESHTEST_NCCL(
-          ncclReduce(in + b.offset[at], at == me ? out : nullptr,
-                     static_cast<std::size_t>(counts[at]), type, nop, j, g.comm(), g.stream()),
-          g.comm());
+      const auto count = static_cast<std::size_t>(counts[static_cast<std::size_t>(j)]);
+      if (count == 0) continue;
+      MESHTEST_NCCL(ncclReduce(in + b.offset(j), j == me ? out : nullptr, count, type, nop, j,
+                               g.comm(), g.stream()),
+                    g.comm());
     }
   });
 }
@@ -218,15 +218,15 @@ void all_reduce(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t 
   }
   const std::vector<std::int64_t> counts = split_sizes(n, g.size());
   const Blocks b = blocks_of(g, counts, t, "all_reduce");
-  const auto me = static_cast<std::size_t>(g.index());
-  std::byte* own = out + b.offset[me];
-  reduce_scatter_exact(g, in, b, counts[me], own, t, op);
+  const int me = g.index();
+  std::byte* own = out + b.offset(me);
+  reduce_scatter_exact(g, in, b, counts[static_cast<std::size_t>(me)], own, t, op);
   gather_blocks(g, own, b, out, "all_reduce (exact): all_gather of the reduced blocks");
 }
 
 void all_gather(NcclGroup& g, const std::byte* in, Counts counts, std::byte* out, DType t) {
   const Blocks b = blocks_of(g, counts, t, "all_gather");
-  check_buffer(in, b.bytes[static_cast<std::size_t>(g.index())], "all_gather", "the input");
+  check_buffer(in, b.size(g.index()), "all_gather", "the input");
   check_buffer(out, b.total, "all_gather", "the output");
   gather_blocks(g, in, b, out, "all_gather");
 }
@@ -235,23 +235,15 @@ void all_to_all(NcclGroup& g, const std::byte* in, Counts send_counts, std::byte
                 Counts recv_counts, DType t) {
   const Blocks s = blocks_of(g, send_counts, t, "all_to_all (send counts)");
   const Blocks r = blocks_of(g, recv_counts, t, "all_to_all (receive counts)");
-  const auto me = static_cast<std::size_t>(g.index());
-  MESHTEST_DIST_CHECK(send_counts[me] == recv_counts[me],
-                      "all_to_all: device {} sends itself {} elements but receives {}", me,
-                      send_counts[me], recv_counts[me]);
+  const int me = g.index();
+  MESHTEST_DIST_CHECK(
+      s.size(me) == r.size(me), "all_to_all: device {} sends itself {} elements but receives {}",
+      me, send_counts[static_cast<std::size_t>(me)], recv_counts[static_cast<std::size_t>(me)]);
   check_buffer(in, s.total, "all_to_all", "the input");
   check_buffer(out, r.total, "all_to_all", "the output");
-  copy_own(g, out + r.offset[me], in + s.offset[me], s.bytes[me]);
+  copy_own(g, out + r.offset(me), in + s.offset(me), s.size(me));
   send_recv(
-      g, "all_to_all",
-      [&](int j) {
-        return std::pair(in + s.offset[static_cast<std::size_t>(j)],
-                         s.bytes[static_cast<std::size_t>(j)]);
-      },
-      [&](int j) {
-        return std::pair(out + r.offset[static_cast<std::size_t>(j)],
-                         r.bytes[static_cast<std::size_t>(j)]);
-      });
+      g, "all_to_all", [&](int j) { return s.of(in, j); }, [&](int j) { return r.of(out, j); });
 }
 
 void broadcast(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t n, DType t,

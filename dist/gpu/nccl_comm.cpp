@@ -28,8 +28,9 @@ ncclComm_t make_comm(const char* what, const std::function<ncclResult_t(ncclComm
   {
     NcclLock lock(what);
     const ncclResult_t rc = make(&comm);
-    if ((rc == ncclSuccess || rc == ncclInProgress) && comm != nullptr) track(comm);
-    nccl_check(rc, comm, what, __FILE__, __LINE__);
+    const bool made = (rc == ncclSuccess || rc == ncclInProgress) && comm != nullptr;
+    if (made) track(comm);
+    nccl_check(rc, made ? comm : nullptr, what, __FILE__, __LINE__);
   }
   try {
     settle(comm, what);
