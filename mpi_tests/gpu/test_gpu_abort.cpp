@@ -8,13 +8,11 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <functional>
 #include <string>
 #include <thread>
 
 #include "dist/gpu/exchange.hpp"
-#include "dist/gpu/rank_gpu.hpp"
-#include "dist/testing/harness/harness.hpp"
+#include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "src/gpu/device_tensor.hpp"
 
 namespace meshtest::dist::gpu {
@@ -23,32 +21,11 @@ namespace {
 using meshtest::gpu::DeviceTensor;
 using Clock = std::chrono::steady_clock;
 
-const std::string& binding_problem() {
-  static const std::string problem = gpu_binding_problem();
-  return problem;
-}
-
-class GpuAbort : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!binding_problem().empty()) GTEST_SKIP() << "GPU ranks unavailable: " << binding_problem();
-    bind_rank_to_gpu();
-  }
-  void TearDown() override { testing::test_body_done(); }
-};
+using GpuAbort = GpuRankTest;
 
 const MeshDevice& line() {
   static const MeshDevice mesh = MeshDevice::line();
   return mesh;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
 }
 
 TEST_F(GpuAbort, HookReleasesARankWaitingForAPeerThatNeverComes) {

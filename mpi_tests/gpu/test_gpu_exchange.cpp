@@ -16,8 +16,7 @@
 
 #include "dist/ccl/ccl.hpp"
 #include "dist/gpu/exchange.hpp"
-#include "dist/gpu/rank_gpu.hpp"
-#include "dist/testing/harness/harness.hpp"
+#include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/gpu/device_tensor.hpp"
@@ -27,21 +26,12 @@ namespace {
 
 using meshtest::gpu::DeviceTensor;
 
-/// Collective over MPI_COMM_WORLD once: why the ranks cannot each have a GPU ("" when they can).
-const std::string& binding_problem() {
-  static const std::string problem = gpu_binding_problem();
-  return problem;
-}
-
-/// Every test: skipped on every rank together, with the reason, unless each rank has its GPU.
-class GpuExchange : public ::testing::Test {
+class GpuExchange : public GpuRankTest {
  protected:
   void SetUp() override {
-    if (!binding_problem().empty()) GTEST_SKIP() << "GPU ranks unavailable: " << binding_problem();
-    bind_rank_to_gpu();
+    GpuRankTest::SetUp();
     testing::set_test_timeout(std::chrono::seconds(240));
   }
-  void TearDown() override { testing::test_body_done(); }
 };
 
 const MeshDevice& mesh_of(int rows, int cols) {
@@ -130,16 +120,6 @@ ReduceOp cpu_op(Reduce op) {
 /// Shapes whose rows split unevenly over most p (p*5+3) and evenly (p*4).
 std::vector<Shape> reduce_shapes(int p) {
   return {Shape{p * 5 + 3, 7}, Shape{p * 4, 6}, Shape{p * 1024 + 1, 96}};
-}
-
-/// f's meshtest::Error message, or "" when it returns.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
 }
 
 // With a GPU per rank: the whole mesh's group and each axis group, NCCL rank = axis index.

@@ -11,6 +11,7 @@
 #include "dist/gpu/nccl_comm.hpp"
 #include "dist/gpu/rank_gpu.hpp"
 #include "dist/mesh/mesh_device.hpp"
+#include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/gpu/runtime.hpp"
 
@@ -18,18 +19,6 @@ namespace meshtest::dist::gpu {
 namespace {
 
 using ccl_test::bcast_string;
-
-/// The text of `f`'s meshtest::Error after its "[rank r] " prefix, or "" when it returns.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    return msg.substr(std::min(msg.size(), msg.find("] ") + 2));
-  }
-  return {};
-}
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
