@@ -62,9 +62,9 @@ void all_reduce(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t 
                 Reduce op, Numerics numerics = Numerics::exact);
 
 /// Every device's `in` (counts[index] elements of t) laid end to end in axis order in `out`
-/// (the sum of counts). ncclAllGather for equal counts (in may be this device's own block of
-/// out: in place); otherwise grouped ncclSend / ncclRecv and a local copy of this device's own
-/// block, so `in` must then be disjoint from the other blocks of out.
+/// (the sum of counts): ncclAllGather for equal counts, otherwise grouped ncclSend / ncclRecv
+/// and a local copy of this device's own block. `in` is this device's own block of out (in
+/// place) or disjoint from out.
 void all_gather(NcclGroup& g, const std::byte* in, Counts counts, std::byte* out, DType t);
 
 /// Block j of `in` (send_counts[j] elements) goes to device j; block i of `out`
