@@ -32,6 +32,7 @@ LAYERS = [
     "src/kernels",  # each version is checked with src/check's metrics and tolerance
     "src/gpu",  # device tensors and kernels: on src/core only
     "dist/mesh",
+    "dist/gpu",  # the mesh over NCCL: below dist/ccl, whose GPU path may use it
     "dist/ccl",
     "dist/shard",
     "dist/perf",

@@ -1,0 +1,165 @@
+// nccl_comm: making, splitting and releasing a mesh's NCCL communicators; the group's stream and
+// staging memory.
+#include "dist/gpu/nccl_comm.hpp"
+
+#include <mpi.h>
+
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "dist/gpu/rank_gpu.hpp"
+#include "dist/mesh/agree.hpp"
+#include "dist/mesh/mpi_check.hpp"
+
+namespace meshtest::dist::gpu {
+namespace {
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // no call waits for another rank: see nccl_calls.hpp
+  return config;
+}
+
+/// A communicator made by `make` (ncclCommInitRankConfig or ncclCommSplit): tracked as soon
+/// as NCCL returns it, then settled; aborted again when it fails.
+ncclComm_t make_comm(const char* what, const std::function<ncclResult_t(ncclComm_t*)>& make) {
+  ncclComm_t comm = nullptr;
+  {
+    NcclLock lock(what);
+    const ncclResult_t rc = make(&comm);
+    const bool made = (rc == ncclSuccess || rc == ncclInProgress) && comm != nullptr;
+    if (made) track(comm);
+    nccl_check(rc, made ? comm : nullptr, what, __FILE__, __LINE__);
+  }
+  try {
+    settle(comm, what);
+  } catch (...) {
+    release(comm, false);
+    throw;
+  }
+  return comm;
+}
+
+/// The GPU of this rank, bound now when it was not (see MeshNccl::of).
+int ensure_bound(const MeshDevice& mesh) {
+  if (bound_gpu() >= 0) return bound_gpu();
+  int world = 0;
+  MESHTEST_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  MESHTEST_DIST_CHECK(mesh.size() == world,
+                      "the NCCL communicators of mesh {} need this rank bound to its GPU, and "
+                      "binding is collective over all {} ranks of MPI_COMM_WORLD while the mesh "
+                      "has {}: call dist::gpu::bind_rank_to_gpu() on every rank first",
+                      mesh.str(), world, mesh.size());
+  return bind_rank_to_gpu();
+}
+
+int delete_mesh_nccl(MPI_Comm, int, void* attr, void*) {
+  delete static_cast<MeshNccl*>(attr);
+  return MPI_SUCCESS;
+}
+
+/// The attribute key of a mesh communicator's MeshNccl.
+int mesh_key() {
+  static const int key = delete_only_keyval(&delete_mesh_nccl);
+  return key;
+}
+
+}  // namespace
+
+NcclGroup::NcclGroup(ncclComm_t comm, int size, int index) try
+    : comm_(comm), size_(size), index_(index) {
+} catch (...) {
+  release(comm, false);  // no stream: the communicator is not kept
+}
+
+NcclGroup::~NcclGroup() {
+  if (workspace_ != nullptr) (void)cudaFreeAsync(workspace_, stream_.get());
+  release(comm_, !broken_ && std::uncaught_exceptions() == 0);
+}
+
+void NcclGroup::synchronize(std::string_view what) {
+  try {
+    wait_stream(stream_.get(), comm_, what);
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
+std::byte* NcclGroup::workspace(std::size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  if (workspace_ != nullptr) MESHTEST_DIST_CUDA(cudaFreeAsync(workspace_, stream_.get()));
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocAsync(&p, bytes, stream_.get());
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::size_t free = 0, total = 0;
+    const bool known = cudaMemGetInfo(&free, &total) == cudaSuccess;
+    fail("cannot allocate {} bytes of staging memory on GPU {} ({}): {}", bytes, stream_.device(),
+         known ? fmt::format("{} of {} bytes free", free, total)
+               : std::string("free memory unknown"),
+         cudaGetErrorString(err));
+  }
+  workspace_ = static_cast<std::byte*>(p);
+  workspace_bytes_ = bytes;
+  return workspace_;
+}
+
+MeshNccl& MeshNccl::of(const MeshDevice& mesh) {
+  void* attr = nullptr;
+  int found = 0;
+  MESHTEST_MPI(MPI_Comm_get_attr(mesh.comm(), mesh_key(), &attr, &found));
+  if (found != 0) return *static_cast<MeshNccl*>(attr);
+  auto made = std::unique_ptr<MeshNccl>(new MeshNccl(mesh));
+  MESHTEST_MPI(MPI_Comm_set_attr(mesh.comm(), mesh_key(), made.get()));
+  return *made.release();  // the mesh's communicator owns it from now on
+}
+
+MeshNccl::MeshNccl(const MeshDevice& mesh)
+    : shape_(mesh.shape()), id_(mesh.device_id()), device_(ensure_bound(mesh)) {
+  ncclUniqueId unique{};
+  std::string problem;
+  if (id_ == 0) {
+    try {
+      NcclLock lock("ncclGetUniqueId");
+      MESHTEST_NCCL(ncclGetUniqueId(&unique), nullptr);
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  agree_or_throw(mesh.comm(), problem);  // rank 0 without an id: every device throws
+  MESHTEST_MPI(MPI_Bcast(&unique, sizeof unique, MPI_BYTE, 0, mesh.comm()));
+  ncclConfig_t config = nonblocking_config();
+  const int n = mesh.size();
+  const ncclComm_t comm = make_comm("ncclCommInitRankConfig", [&](ncclComm_t* out) {
+    return ncclCommInitRankConfig(out, n, unique, id_, &config);
+  });
+  all_ = std::make_unique<NcclGroup>(comm, n, id_);
+}
+
+NcclGroup& MeshNccl::group(int axis) {
+  if (axis == kAllAxes) return *all_;
+  MESHTEST_DIST_CHECK(axis == 0 || axis == 1,
+                      "mesh axis {} out of range: a mesh has axes 0 and 1 (or kAllAxes = -1)",
+                      axis);
+  auto& g = axis_[static_cast<std::size_t>(axis)];
+  if (g) return *g;
+  MESHTEST_DIST_CHECK(!all_->broken(),
+                      "cannot split axis {} from the mesh's NCCL communicator: an earlier error "
+                      "broke it",
+                      axis);
+  const int r = id_ / shape_[1], c = id_ % shape_[1];
+  // Axis 0: the devices of one column, ordered by r; axis 1: one row, ordered by c.
+  const int color = axis == 0 ? c : r, key = axis == 0 ? r : c;
+  ncclConfig_t config = nonblocking_config();
+  const ncclComm_t comm = make_comm("ncclCommSplit", [&](ncclComm_t* out) {
+    return ncclCommSplit(all_->comm(), color, key, out, &config);
+  });
+  g = std::make_unique<NcclGroup>(comm, shape_[static_cast<std::size_t>(axis)], key);
+  return *g;
+}
+
+}  // namespace meshtest::dist::gpu
