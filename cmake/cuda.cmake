@@ -19,6 +19,12 @@ if(NOT meshtest_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
 endif()
 
 set(MESHTEST_CUDA_ENABLED OFF)
+if(MESHTEST_FUZZ)  # libFuzzer's instrumentation is for clang-compiled host code only
+  if(meshtest_cuda_mode STREQUAL "ON")
+    message(FATAL_ERROR "MESHTEST_CUDA=ON and MESHTEST_FUZZ=ON: the fuzz build is CPU only")
+  endif()
+  set(meshtest_cuda_mode OFF)
+endif()
 if(NOT meshtest_cuda_mode STREQUAL "OFF")
   set(meshtest_cuda_missing)
   find_package(CUDAToolkit QUIET)

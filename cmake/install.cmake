@@ -27,6 +27,9 @@ install(TARGETS meshtest_core meshtest meshtest_gtest_main meshtest_fused_kit me
 file(GLOB_RECURSE MESHTEST_PUBLIC_HEADERS CONFIGURE_DEPENDS
   RELATIVE ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/src/*.hpp ${PROJECT_SOURCE_DIR}/dist/*.hpp)
+if(NOT MESHTEST_CUDA_ENABLED)  # the GPU side's headers only with its libraries
+  list(FILTER MESHTEST_PUBLIC_HEADERS EXCLUDE REGEX "^(src|dist)/gpu/")
+endif()
 foreach(header IN LISTS MESHTEST_PUBLIC_HEADERS)
   get_filename_component(header_dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header}
@@ -37,6 +40,24 @@ install(EXPORT meshtestTargets
   NAMESPACE meshtest::
   FILE meshtestTargets.cmake
   DESTINATION ${MESHTEST_INSTALL_CMAKEDIR})
+
+# The GPU side, when built: the component gpu (meshtest::gpu), in a targets file of its own
+# that meshtestConfig.cmake includes only when the component is asked for (after finding
+# CUDAToolkit). MESHTEST_GPU_EXPORTED_TARGETS may name more GPU-side libraries.
+if(MESHTEST_CUDA_ENABLED)
+  install(TARGETS meshtest_gpu ${MESHTEST_GPU_EXPORTED_TARGETS}
+    EXPORT meshtestGpuTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(EXPORT meshtestGpuTargets
+    NAMESPACE meshtest::
+    FILE meshtestGpuTargets.cmake
+    DESTINATION ${MESHTEST_INSTALL_CMAKEDIR})
+  export(EXPORT meshtestGpuTargets
+    NAMESPACE meshtest::
+    FILE ${PROJECT_BINARY_DIR}/meshtestGpuTargets.cmake)
+endif()
 
 configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/meshtestConfig.cmake.in

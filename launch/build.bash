@@ -1,5 +1,5 @@
 # build.bash — `meshtest build`, and the build options (--sanitize, --native, --debug,
-# --build-dir, --clean, -D...) that demo, test, matrix, bench and fuzz take too: the build
+# --cuda, --no-cuda, --build-dir, --clean, -D...) that demo, test, matrix, bench and fuzz take too: the build
 # directory they name, configure and build. Sourced by launch/meshtest.
 
 build_options_help() {
@@ -9,6 +9,11 @@ build_options_help() {
   --native          for this machine's processor (-DMESHTEST_NATIVE=ON: -march=native,
                     Eigen's GEMMs with AVX2 / AVX-512) in build-native: for benchmarks
   --debug           Debug build in build-debug (or \$MESHTEST_BUILD_DIR-debug)
+  --cuda            build the GPU side (-DMESHTEST_CUDA=ON): a configure error names what
+                    is missing of the CUDA toolkit and NCCL
+  --no-cuda         CPU ranks only (-DMESHTEST_CUDA=OFF). Without either: what the build
+                    directory was configured with, at first AUTO (the GPU side when the
+                    CUDA toolkit and NCCL are found)
   --build-dir DIR   build directory to use as is (overrides the three above's naming)
   --clean           delete the build directory first
   -DVAR=VALUE       passed to cmake at configure time
@@ -33,6 +38,7 @@ OPT_SANITIZE=0
 OPT_NATIVE=0
 OPT_DEBUG=0
 OPT_CLEAN=0
+OPT_CUDA=""
 OPT_BUILD_DIR=""
 OPT_CMAKE_ARGS=()
 CONSUMED=0
@@ -45,6 +51,12 @@ build_opt() {
     --native) OPT_NATIVE=1 ;;
     --debug) OPT_DEBUG=1 ;;
     --clean) OPT_CLEAN=1 ;;
+    --cuda | --no-cuda)
+      local want=ON
+      [[ "$1" == --cuda ]] || want=OFF
+      [[ -z "$OPT_CUDA" || "$OPT_CUDA" == "$want" ]] ||
+        usage_error "$sub" "--cuda and --no-cuda contradict each other: give one"
+      OPT_CUDA=$want ;;
     --build-dir) need_value "$sub" "$@"; OPT_BUILD_DIR=$2; CONSUMED=2 ;;
     --build-dir=*) OPT_BUILD_DIR=${1#--build-dir=} ;;
     -D?*) OPT_CMAKE_ARGS+=("$1") ;;
@@ -85,9 +97,9 @@ do_build() {
   start=$(now)
   local -a configure=(cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type"
     -DMESHTEST_SANITIZE="$sanitize" -DMESHTEST_NATIVE="$native"
-    ${OPT_CMAKE_ARGS[@]+"${OPT_CMAKE_ARGS[@]}"})
+    ${OPT_CUDA:+-DMESHTEST_CUDA="$OPT_CUDA"} ${OPT_CMAKE_ARGS[@]+"${OPT_CMAKE_ARGS[@]}"})
   say "configuring (cmake -S $(show "$ROOT") -B $(show "$dir") -DCMAKE_BUILD_TYPE=$type" \
-    "-DMESHTEST_SANITIZE=$sanitize -DMESHTEST_NATIVE=$native${OPT_CMAKE_ARGS[*]:+ ${OPT_CMAKE_ARGS[*]}})"
+    "-DMESHTEST_SANITIZE=$sanitize -DMESHTEST_NATIVE=$native${OPT_CUDA:+ -DMESHTEST_CUDA=$OPT_CUDA}${OPT_CMAKE_ARGS[*]:+ ${OPT_CMAKE_ARGS[*]}})"
   "${configure[@]}"
   say "building (cmake --build $(show "$dir") -j$JOBS${1:+ --target $1})"
   cmake --build "$dir" -j"$JOBS" ${1:+--target "$1"}

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "src/core/slice_layout.hpp"
+
 namespace meshtest {
 
 DType dtype_from_name(std::string_view name) {
@@ -40,40 +42,21 @@ Eigen::Index Tensor::rows2d() const {
 Eigen::Index Tensor::cols2d() const { return shape_.rank() == 0 ? 1 : shape_[shape_.rank() - 1]; }
 
 Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t size) const {
-  const int d = shape_.normalize_dim(dim);
-  const std::int64_t n = shape_[d];
-  MESHTEST_CHECK(start >= 0 && size >= 0 && start + size <= n,
-                 "slice [{}, {}) out of range along dim {} of size {} (tensor {})", start,
-                 start + size, d, n, describe(*this));
-  Tensor out(shape_.with(d, size), dtype_);
-  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
-  const std::size_t src_block = static_cast<std::size_t>(n) * inner;
-  const std::size_t dst_block = static_cast<std::size_t>(size) * inner;
-  if (dst_block == 0) return out;
-  const std::int64_t outer = shape_.outer(d);
-  for (std::int64_t o = 0; o < outer; ++o) {
-    std::memcpy(out.bytes() + o * dst_block, bytes() + o * src_block + start * inner, dst_block);
+  const SliceLayout l =
+      checked_slice(shape_, dtype_, dim, start, size, [&] { return describe(*this); });
+  Tensor out(shape_.with(l.dim, size), dtype_);
+  if (l.run == 0) return out;
+  for (std::int64_t o = 0; o < l.rows; ++o) {
+    std::memcpy(out.bytes() + o * l.run, bytes() + o * l.stride + l.offset, l.run);
   }
   return out;
 }
 
 void Tensor::assign_slice(int dim, std::int64_t start, const Tensor& src) {
-  const int d = shape_.normalize_dim(dim);
-  MESHTEST_CHECK(src.dtype_ == dtype_, "assign_slice: dtype {} into a tensor of dtype {}",
-                 src.dtype_, dtype_);
-  MESHTEST_CHECK(src.rank() == rank() && src.shape_.with(d, shape_[d]) == shape_,
-                 "assign_slice: shape {} does not fit {} along dim {}", src.shape_, shape_, d);
-  const std::int64_t size = src.shape_[d];
-  MESHTEST_CHECK(start >= 0 && start + size <= shape_[d],
-                 "assign_slice: [{}, {}) out of range along dim {} of size {}", start, start + size,
-                 d, shape_[d]);
-  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
-  const std::size_t dst_block = static_cast<std::size_t>(shape_[d]) * inner;
-  const std::size_t src_block = static_cast<std::size_t>(size) * inner;
-  if (src_block == 0) return;
-  const std::int64_t outer = shape_.outer(d);
-  for (std::int64_t o = 0; o < outer; ++o) {
-    std::memcpy(bytes() + o * dst_block + start * inner, src.bytes() + o * src_block, src_block);
+  const SliceLayout l = checked_assign(shape_, dtype_, src.shape_, src.dtype_, dim, start);
+  if (l.run == 0) return;
+  for (std::int64_t o = 0; o < l.rows; ++o) {
+    std::memcpy(bytes() + o * l.stride + l.offset, src.bytes() + o * l.run, l.run);
   }
 }
 
@@ -110,19 +93,8 @@ void Tensor::fill(double v) {
 }
 
 Tensor concat(const std::vector<Tensor>& parts, int dim) {
-  MESHTEST_CHECK(!parts.empty(), "concat: no tensors given");
-  const Tensor& first = parts.front();
-  const int d = first.shape().normalize_dim(dim);
-  std::int64_t total = 0;
-  for (const Tensor& p : parts) {
-    MESHTEST_CHECK(p.dtype() == first.dtype(), "concat: dtypes differ ({} and {})", first.dtype(),
-                   p.dtype());
-    MESHTEST_CHECK(p.rank() == first.rank() && p.shape().with(d, first.shape()[d]) == first.shape(),
-                   "concat along dim {}: shapes {} and {} differ in another dim", d, first.shape(),
-                   p.shape());
-    total += p.shape()[d];
-  }
-  Tensor out(first.shape().with(d, total), first.dtype());
+  const auto [d, total] = checked_concat(parts, dim);
+  Tensor out(parts.front().shape().with(d, total), parts.front().dtype());
   std::int64_t at = 0;
   for (const Tensor& p : parts) {
     out.assign_slice(d, at, p);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "src/core/slice_layout.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::gpu {
@@ -53,11 +54,6 @@ class OnDevice {
  private:
   std::optional<DeviceGuard> guard_;
 };
-
-void check_same_device(const char* op, const DeviceTensor& a, const DeviceTensor& b) {
-  MESHTEST_CHECK(a.device() < 0 || b.device() < 0 || a.device() == b.device(),
-                 "{}: tensors on two devices ({} and {})", op, describe(a), describe(b));
-}
 
 }  // namespace
 
@@ -119,16 +115,16 @@ DeviceTensor& DeviceTensor::operator=(const DeviceTensor& other) {
 }
 
 DeviceTensor::DeviceTensor(DeviceTensor&& other) noexcept
-    : shape_(std::exchange(other.shape_, Shape{})),
-      dtype_(other.dtype_),
+    : shape_(std::exchange(other.shape_, Shape{0})),
+      dtype_(std::exchange(other.dtype_, DType::f32)),
       nbytes_(std::exchange(other.nbytes_, 0)),
       device_(std::exchange(other.device_, -1)),
       data_(std::move(other.data_)) {}
 
 DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
   if (this != &other) {
-    shape_ = std::exchange(other.shape_, Shape{});
-    dtype_ = other.dtype_;
+    shape_ = std::exchange(other.shape_, Shape{0});
+    dtype_ = std::exchange(other.dtype_, DType::f32);
     nbytes_ = std::exchange(other.nbytes_, 0);
     device_ = std::exchange(other.device_, -1);
     data_ = std::move(other.data_);
@@ -161,40 +157,23 @@ void DeviceTensor::check_type(DType want) const {
 }
 
 DeviceTensor DeviceTensor::slice(int dim, std::int64_t start, std::int64_t size) const {
-  const int d = shape_.normalize_dim(dim);
-  const std::int64_t n = shape_[d];
-  MESHTEST_CHECK(start >= 0 && size >= 0 && start + size <= n,
-                 "slice [{}, {}) out of range along dim {} of size {} (tensor {})", start,
-                 start + size, d, n, describe(*this));
+  const SliceLayout l =
+      checked_slice(shape_, dtype_, dim, start, size, [&] { return describe(*this); });
   const OnDevice on_device(device_);
-  DeviceTensor out(shape_.with(d, size), dtype_, Tensor::Uninitialized{});
-  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
-  const std::size_t src_block = static_cast<std::size_t>(n) * inner;
-  const std::size_t dst_block = static_cast<std::size_t>(size) * inner;
+  DeviceTensor out(shape_.with(l.dim, size), dtype_, Tensor::Uninitialized{});
   if (out.nbytes_ == 0) return out;
-  copy_rows(out.bytes(), dst_block, bytes() + static_cast<std::size_t>(start) * inner, src_block,
-            dst_block, shape_.outer(d));
+  copy_rows(out.bytes(), l.run, bytes() + l.offset, l.stride, l.run, l.rows);
   return out;
 }
 
 void DeviceTensor::assign_slice(int dim, std::int64_t start, const DeviceTensor& src) {
-  const int d = shape_.normalize_dim(dim);
-  MESHTEST_CHECK(src.dtype_ == dtype_, "assign_slice: dtype {} into a tensor of dtype {}",
-                 src.dtype_, dtype_);
-  MESHTEST_CHECK(src.rank() == rank() && src.shape_.with(d, shape_[d]) == shape_,
-                 "assign_slice: shape {} does not fit {} along dim {}", src.shape_, shape_, d);
-  const std::int64_t size = src.shape_[d];
-  MESHTEST_CHECK(start >= 0 && start + size <= shape_[d],
-                 "assign_slice: [{}, {}) out of range along dim {} of size {}", start, start + size,
-                 d, shape_[d]);
-  check_same_device("assign_slice", src, *this);
+  const SliceLayout l = checked_assign(shape_, dtype_, src.shape_, src.dtype_, dim, start);
+  MESHTEST_CHECK(src.device_ < 0 || device_ < 0 || src.device_ == device_,
+                 "assign_slice: tensors on two devices ({} into {})", describe(src),
+                 describe(*this));
   if (src.nbytes_ == 0) return;
   const OnDevice on_device(device_);
-  const std::size_t inner = static_cast<std::size_t>(shape_.inner(d)) * dtype_size(dtype_);
-  const std::size_t dst_block = static_cast<std::size_t>(shape_[d]) * inner;
-  const std::size_t src_block = static_cast<std::size_t>(size) * inner;
-  copy_rows(bytes() + static_cast<std::size_t>(start) * inner, dst_block, src.bytes(), src_block,
-            src_block, shape_.outer(d));
+  copy_rows(bytes() + l.offset, l.stride, src.bytes(), l.run, l.run, l.rows);
 }
 
 DeviceTensor DeviceTensor::reshape(Shape shape) const {
@@ -211,24 +190,16 @@ bool DeviceTensor::bitwise_equal(const DeviceTensor& other) const {
 }
 
 DeviceTensor concat(const std::vector<DeviceTensor>& parts, int dim) {
-  MESHTEST_CHECK(!parts.empty(), "concat: no tensors given");
-  const DeviceTensor& first = parts.front();
-  const int d = first.shape().normalize_dim(dim);
-  std::int64_t total = 0;
+  const auto [d, total] = checked_concat(parts, dim);
   int device = -1;
   for (const DeviceTensor& p : parts) {
-    MESHTEST_CHECK(p.dtype() == first.dtype(), "concat: dtypes differ ({} and {})", first.dtype(),
-                   p.dtype());
-    MESHTEST_CHECK(p.rank() == first.rank() && p.shape().with(d, first.shape()[d]) == first.shape(),
-                   "concat along dim {}: shapes {} and {} differ in another dim", d, first.shape(),
-                   p.shape());
     MESHTEST_CHECK(device < 0 || p.device() < 0 || p.device() == device,
                    "concat: parts on two devices (cuda:{} and {})", device, describe(p));
     if (device < 0) device = p.device();
-    total += p.shape()[d];
   }
   const OnDevice on_device(device);
-  DeviceTensor out(first.shape().with(d, total), first.dtype(), Tensor::Uninitialized{});
+  DeviceTensor out(parts.front().shape().with(d, total), parts.front().dtype(),
+                   Tensor::Uninitialized{});
   std::int64_t at = 0;
   for (const DeviceTensor& p : parts) {
     out.assign_slice(d, at, p);

@@ -31,6 +31,7 @@ struct DeviceFree {
 /// stream queued on a tensor must be finished (synchronized) before the tensor is passed here.
 class DeviceTensor {
  public:
+  /// f32[0]: no elements, no storage.
   DeviceTensor() = default;
   /// Zero-filled tensor on the current device.
   DeviceTensor(Shape shape, DType dtype);
@@ -87,7 +88,7 @@ class DeviceTensor {
   void allocate();
   void check_type(DType want) const;
 
-  Shape shape_;
+  Shape shape_{0};  // a default or moved-from tensor is f32[0]: empty
   DType dtype_ = DType::f32;
   std::size_t nbytes_ = 0;
   int device_ = -1;

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "src/gpu/reduce_kernel.hpp"
 #include "src/gpu/runtime.hpp"
@@ -18,20 +17,6 @@ namespace {
 
 using detail::Combine;
 using detail::Element;
-
-std::string_view reduce_name(Reduce op) {
-  switch (op) {
-    case Reduce::sum:
-      return "sum";
-    case Reduce::max:
-      return "max";
-    case Reduce::min:
-      return "min";
-    case Reduce::avg:
-      return "avg";
-  }
-  return "?";
-}
 
 Element element_of(DType t, Combine c) {
   switch (t) {
@@ -82,7 +67,7 @@ class Carry {
 void reduce_terms(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
                   Reduce op, cudaStream_t stream) {
   MESHTEST_CHECK(n >= 0, "reduce_terms: n = {} elements", n);
-  MESHTEST_CHECK(!terms.empty(), "reduce_terms: no terms to {}", reduce_name(op));
+  MESHTEST_CHECK(!terms.empty(), "reduce_terms: no terms");
   MESHTEST_CHECK(t != DType::u8, "reduce_terms: dtype {} cannot be reduced", t);
   MESHTEST_CHECK(op != Reduce::avg || is_floating(t),
                  "reduce_terms: avg needs a floating dtype (f32, f64, bf16), not {}", t);

@@ -31,6 +31,8 @@ enum class Reduce { sum, max, min, avg };
 /// `terms` is a host array of p >= 1 device pointers (any p; its contents are read before the
 /// call returns); dst may be one of them. The buffers and `stream` are on the current device
 /// (or reachable from it). t is not u8, and avg needs a floating t: Error otherwise.
+/// Loads and stores 16 bytes at a time when every buffer sits at the same address modulo 16
+/// (past a head of a few elements); otherwise one element at a time.
 /// Asynchronous: returns once queued (a launch error throws at once; a fault in the kernel
 /// surfaces at the stream's next synchronization).
 void reduce_terms(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,

@@ -14,6 +14,9 @@
 #                  assert: non-zero exit, done within 30 s, output names "[rank 1/4]";
 #   bad-component  find_package(meshtest COMPONENTS nosuch) must fail at configure, naming
 #                  "nosuch" and the components there are;
+#   gpu-component  tests/external/gpu_component against the build tree: built with the GPU
+#                  side, it builds and runs (no GPU is fine); without, asking for gpu fails
+#                  naming it;
 #   all            every phase, in this order.
 # No C++ standard is set by either example: the meshtest targets carry C++20.
 # Usage: run_external.sh [--build-dir DIR] [--work DIR] [--mpiexec PATH] [--phase PHASE]
@@ -30,9 +33,9 @@ phase=all
 np=4
 run_timeout=60   # the job is killed after this
 max_seconds=30   # ...but it must end on its own within this
-phases=(package package-test subdir subdir-test rank-failure bad-component)
+phases=(package package-test subdir subdir-test rank-failure bad-component gpu-component)
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_external: error: $*" >&2; exit 2; }
 
 while [[ $# -gt 0 ]]; do
@@ -168,9 +171,31 @@ phase_bad_component() {
   cmake -S "$here/bad_component" -B "$dir" -Dmeshtest_DIR="$build_dir" >"$dir.log" 2>&1 || rc=$?
   sed 's/^/    | /' "$dir.log" | grep -v '^    | *$' | tail -n 12
   [[ $rc -ne 0 ]] || die "configure succeeded: asking for component 'nosuch' must fail"
-  local want='meshtest has no component "nosuch" (its components are: core, meshtest, gtest_main, fused_kit)'
+  local components="core, meshtest, gtest_main, fused_kit"
+  [[ ! -f "$build_dir/meshtestGpuTargets.cmake" ]] || components+=", gpu"
+  local want="meshtest has no component \"nosuch\" (its components are: $components)"
   # CMake wraps the message; compare it with the line breaks and indentation taken out.
   tr -s ' \n' ' ' <"$dir.log" | grep -qF "$want" || die "the configure error does not say: $want"
+  echo "    pass: configure failed (exit $rc) with: $want"
+}
+
+phase_gpu_component() {
+  local dir="$work/gpu-component" rc=0
+  if [[ -f "$build_dir/meshtestGpuTargets.cmake" ]]; then
+    step "find_package(meshtest COMPONENTS gpu): a program on meshtest::gpu builds and runs"
+    build_example "$here/gpu_component" "$dir" -Dmeshtest_DIR="$build_dir" \
+      ${build_type:+-DCMAKE_BUILD_TYPE="$build_type"}
+    no_warnings "$dir"
+    "$dir/gpu_devices" || die "$dir/gpu_devices failed (exit $?)"
+    echo "    ok: $dir/gpu_devices"
+    return
+  fi
+  step "find_package(meshtest COMPONENTS gpu) must fail: meshtest was built without its GPU side"
+  rm -rf "$dir"
+  cmake -S "$here/gpu_component" -B "$dir" -Dmeshtest_DIR="$build_dir" >"$dir.log" 2>&1 || rc=$?
+  [[ $rc -ne 0 ]] || die "configure succeeded: component gpu must be missing from this build"
+  local want='meshtest has no component "gpu"'
+  tr -s ' \n' ' ' <"$dir.log" | grep -qF "$want" || { cat "$dir.log"; die "the configure error does not say: $want"; }
   echo "    pass: configure failed (exit $rc) with: $want"
 }
 
@@ -182,6 +207,7 @@ for p in "${run_phases[@]}"; do
     subdir-test) ctest_example "$work/subdir" ;;
     rank-failure) phase_rank_failure ;;
     bad-component) phase_bad_component ;;
+    gpu-component) phase_gpu_component ;;
   esac
 done
 echo "run_external: ok ($phase)"

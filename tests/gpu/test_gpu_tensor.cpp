@@ -150,6 +150,7 @@ TEST(DeviceTensor, CopiesAreDeepAndMovesTakeTheStorage) {
   DeviceTensor d = std::move(a);
   EXPECT_EQ(d.bytes(), storage);
   EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.shape(), Shape({0}));
   EXPECT_EQ(a.bytes(), nullptr);
   EXPECT_EQ(a.device(), -1);
   c = std::move(d);

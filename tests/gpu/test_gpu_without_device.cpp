@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <regex>
+#include <utility>
 #include <vector>
 
 #include "src/gpu/device_tensor.hpp"
@@ -54,6 +55,14 @@ TEST(WithoutDevice, AllocatingIsAnErrorAndEmptyTensorsNeedNoDevice) {
   EXPECT_EQ(describe(empty), "bf16[0, 3] (empty)");
   EXPECT_TRUE(empty.to_host().bitwise_equal(Tensor({0, 3}, DType::bf16)));
   EXPECT_EQ(split(empty, 2, 1).size(), 2u);
+  const DeviceTensor none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(describe(none), "f32[0] (empty)");
+  DeviceTensor copy = empty;
+  EXPECT_EQ(describe(copy), "bf16[0, 3] (empty)");
+  const DeviceTensor moved = std::move(copy);
+  EXPECT_EQ(describe(moved), "bf16[0, 3] (empty)");
+  EXPECT_EQ(describe(copy), "f32[0] (empty)");
 }
 
 TEST(WithoutDevice, ReduceTermsChecksItsArgumentsFirst) {
@@ -66,8 +75,7 @@ TEST(WithoutDevice, ReduceTermsChecksItsArgumentsFirst) {
                {"dtype u8 cannot be reduced"});
   expect_error([&] { reduce_terms(dst, two, 8, DType::i32, Reduce::avg, nullptr); },
                {"avg needs a floating dtype", "not i32"});
-  expect_error([&] { reduce_terms(dst, {}, 8, DType::f32, Reduce::max, nullptr); },
-               {"no terms to max"});
+  expect_error([&] { reduce_terms(dst, {}, 8, DType::f32, Reduce::max, nullptr); }, {"no terms"});
   expect_error([&] { reduce_terms(dst, two, -1, DType::f32, Reduce::sum, nullptr); }, {"n = -1"});
   const std::vector<const std::byte*> with_null{a, nullptr};
   expect_error([&] { reduce_terms(dst, with_null, 8, DType::f32, Reduce::sum, nullptr); },
