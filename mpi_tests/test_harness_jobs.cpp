@@ -271,8 +271,23 @@ TEST_F(ChildJob, SegvOnRank1IsNamedAndEndsTheJob) {
   LAUNCHER_ONLY();
   const Job& j = run(false, 4, "MeshTest.SegvOnRank1");
   EXPECT_LT(j.r.seconds, 20) << j.out();
-  EXPECT_EQ(count(j.out(), "[rank 1/4] crashed with SIGSEGV in test MeshTest.SegvOnRank1\n"), 1)
+  // The report names the faulting instruction's module and offset (addr2line's input).
+  EXPECT_EQ(count(j.out(), "[rank 1/4] crashed with SIGSEGV in test MeshTest.SegvOnRank1, at "), 1)
       << j.out();
+  HAS(j.out(), "harness_case +0x");
+}
+
+TEST_F(ChildJob, WildCallNamesItsCaller) {
+  LAUNCHER_ONLY();
+  const Job& j = run(false, 2, "MeshTest.WildCallOnRank1");
+  EXPECT_LT(j.r.seconds, 20) << j.out();
+  EXPECT_EQ(count(j.out(), "[rank 1/2] crashed with SIGSEGV in test MeshTest.WildCallOnRank1, at "),
+            1)
+      << j.out();
+  // The caller is code of the test binary, named by module and offset.
+  const std::size_t at = j.out().find("called from ");
+  ASSERT_NE(at, std::string::npos) << j.out();
+  HAS(j.out().substr(at), "harness_case +0x");
 }
 
 TEST_F(ChildJob, AbortOnRank1IsNamedAndEndsTheJob) {

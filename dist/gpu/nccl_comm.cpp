@@ -21,21 +21,31 @@ ncclConfig_t nonblocking_config() {
   return config;
 }
 
-/// A communicator made by `make` (ncclCommInitRankConfig or ncclCommSplit): tracked as soon
-/// as NCCL returns it, then settled; aborted again when it fails.
-ncclComm_t make_comm(const char* what, const std::function<ncclResult_t(ncclComm_t*)>& make) {
+/// A communicator made by `make` (ncclCommInitRankConfig, or ncclCommSplit of `parent`):
+/// tracked as soon as NCCL hands it over, then settled; aborted again when it fails. A
+/// nonblocking split runs as an operation of the parent and stores the new communicator only
+/// when it completes, so the parent is settled first; `comm` outlives that (NCCL writes it).
+ncclComm_t make_comm(const char* what, ncclComm_t parent,
+                     const std::function<ncclResult_t(ncclComm_t*)>& make) {
   ncclComm_t comm = nullptr;
   {
     NcclLock lock(what);
     const ncclResult_t rc = make(&comm);
     const bool made = (rc == ncclSuccess || rc == ncclInProgress) && comm != nullptr;
     if (made) track(comm);
-    nccl_check(rc, made ? comm : nullptr, what, __FILE__, __LINE__);
+    nccl_check(rc, made ? comm : parent, what, __FILE__, __LINE__);
   }
   try {
+    if (comm == nullptr && parent != nullptr) {
+      settle(parent, what);  // the split's own completion
+      NcclLock lock(what);
+      MESHTEST_DIST_CHECK(comm != nullptr, "{} finished without a communicator", what);
+      track(comm);
+    }
+    MESHTEST_DIST_CHECK(comm != nullptr, "{} returned no communicator", what);
     settle(comm, what);
   } catch (...) {
-    release(comm, false);
+    if (comm != nullptr) release(comm, false);
     throw;
   }
   return comm;
@@ -134,7 +144,7 @@ MeshNccl::MeshNccl(const MeshDevice& mesh)
   MESHTEST_MPI(MPI_Bcast(&unique, sizeof unique, MPI_BYTE, 0, mesh.comm()));
   ncclConfig_t config = nonblocking_config();
   const int n = mesh.size();
-  const ncclComm_t comm = make_comm("ncclCommInitRankConfig", [&](ncclComm_t* out) {
+  const ncclComm_t comm = make_comm("ncclCommInitRankConfig", nullptr, [&](ncclComm_t* out) {
     return ncclCommInitRankConfig(out, n, unique, id_, &config);
   });
   all_ = std::make_unique<NcclGroup>(comm, n, id_);
@@ -155,7 +165,7 @@ NcclGroup& MeshNccl::group(int axis) {
   // Axis 0: the devices of one column, ordered by r; axis 1: one row, ordered by c.
   const int color = axis == 0 ? c : r, key = axis == 0 ? r : c;
   ncclConfig_t config = nonblocking_config();
-  const ncclComm_t comm = make_comm("ncclCommSplit", [&](ncclComm_t* out) {
+  const ncclComm_t comm = make_comm("ncclCommSplit", all_->comm(), [&](ncclComm_t* out) {
     return ncclCommSplit(all_->comm(), color, key, out, &config);
   });
   g = std::make_unique<NcclGroup>(comm, shape_[static_cast<std::size_t>(axis)], key);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -120,6 +121,24 @@ TEST_F(MeshTest, ExitOnRank0) {
 TEST_F(MeshTest, SegvOnRank1) {
   if (rank() == 1) {
     write_through_null();
+  }
+  sum_of_ones(mesh());
+}
+
+/// Calls into a data array, as a call through a corrupted function pointer or vtable does: the
+/// fault's pc is not code, and the report names the caller instead.
+[[gnu::noinline]] void call_through_data_pointer() {
+  static unsigned char not_code[16] = {};
+  using Fn = void (*)();
+  Fn fn = nullptr;
+  void* data = not_code;
+  std::memcpy(&fn, &data, sizeof fn);
+  fn();
+}
+
+TEST_F(MeshTest, WildCallOnRank1) {
+  if (rank() == 1) {
+    call_through_data_pointer();
   }
   sum_of_ones(mesh());
 }

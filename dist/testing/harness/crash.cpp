@@ -1,15 +1,18 @@
 // Crash signal handlers and the mid-test exit hook.
 #include "dist/testing/harness/crash.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "dist/testing/harness/output.hpp"
@@ -67,6 +70,61 @@ void append(char* buf, std::size_t& len, int v) {
   }
 }
 
+/// Appends v in hex digits (async-signal-safe).
+void append_hex(char* buf, std::size_t& len, std::uintptr_t v) {
+  char digits[2 * sizeof v];
+  int n = 0;
+  do {
+    digits[n++] = "0123456789abcdef"[v % 16];
+    v /= 16;
+  } while (v > 0 && n < static_cast<int>(sizeof digits));
+  while (n > 0 && len + 1 < kTextSize) {
+    buf[len++] = digits[--n];
+  }
+}
+
+/// Appends " <module>+0x<offset>" for a code address (what addr2line -e <module> takes), or
+/// the bare address when no loaded module holds it. dladdr is not on POSIX's async-signal-safe
+/// list; a crashing process has nothing better to report where it was.
+void append_code_address(char* buf, std::size_t& len, std::uintptr_t pc) {
+  Dl_info where{};
+  if (pc == 0 || dladdr(reinterpret_cast<void*>(pc), &where) == 0 || where.dli_fname == nullptr) {
+    append(buf, len, " 0x");
+    append_hex(buf, len, pc);
+    return;
+  }
+  append(buf, len, " ");
+  append(buf, len, where.dli_fname);
+  append(buf, len, " +0x");
+  append_hex(buf, len, pc - reinterpret_cast<std::uintptr_t>(where.dli_fbase));
+  if (where.dli_sname != nullptr) {
+    append(buf, len, " (");
+    append(buf, len, where.dli_sname);
+    append(buf, len, ")");
+  }
+}
+
+/// For a fault (not a signal sent by a process): where it happened, " at <pc>", and the
+/// return address on top of the stack, " called from <address>": after a call through a bad
+/// pointer the pc is that pointer and the caller is the place to look.
+void append_fault_site(char* buf, std::size_t& len, const siginfo_t* info, const void* context) {
+#if defined(__x86_64__) && defined(REG_RIP)
+  if (info == nullptr || info->si_code <= 0 || context == nullptr) return;
+  const auto& regs = static_cast<const ucontext_t*>(context)->uc_mcontext.gregs;
+  const auto pc = static_cast<std::uintptr_t>(regs[REG_RIP]);
+  append(buf, len, ", at");
+  append_code_address(buf, len, pc);
+  if (info->si_signo == SIGSEGV && reinterpret_cast<std::uintptr_t>(info->si_addr) == pc) {
+    // The pc itself could not be fetched: the caller pushed its return address just before.
+    const auto* sp = reinterpret_cast<const std::uintptr_t*>(regs[REG_RSP]);
+    append(buf, len, ", called from");
+    append_code_address(buf, len, sp != nullptr ? *sp : 0);
+  }
+#else
+  (void)buf, (void)len, (void)info, (void)context;
+#endif
+}
+
 /// Whether `s` starts with `prefix` (async-signal-safe).
 bool starts_with(const char* s, const char* prefix) {
   while (*prefix != '\0') {
@@ -75,7 +133,7 @@ bool starts_with(const char* s, const char* prefix) {
   return true;
 }
 
-void on_crash(int sig, siginfo_t* info, void* /*context*/) {
+void on_crash(int sig, siginfo_t* info, void* context) {
   char text[kTextSize];
   std::size_t len = 0;
   append(text, len, "[rank ");
@@ -88,6 +146,7 @@ void on_crash(int sig, siginfo_t* info, void* /*context*/) {
   const char* activity = activity_for_signal();
   if (starts_with(activity, "test ")) append(text, len, "in ");
   append(text, len, activity);
+  append_fault_site(text, len, info, context);
   append(text, len, "\n");
   if (write(g_fd, text, len) < 0) { /* nothing left to try */
   }
