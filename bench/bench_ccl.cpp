@@ -24,10 +24,68 @@
 #include "dist/ccl/node_chain.hpp"
 #include "dist/ccl/shm.hpp"
 #include "dist/mesh/environment.hpp"
-#include "src/core/file.hpp"
 #include "tools/subcommand.hpp"
 
 namespace meshtest::bench::ccl {
+
+Layout layout_of(CclOp op, std::int64_t bytes, const Options& o, int p) {
+  const auto e = static_cast<std::int64_t>(dtype_size(o.dtype));
+  const std::int64_t rows = o.dim == 0 ? 1 : o.rows;
+  const std::int64_t unit = rows * (op == CclOp::all_reduce ? 1 : p);
+  const std::int64_t n = std::max<std::int64_t>(1, bytes / e / unit) * unit;
+  Layout l{.rows = rows, .cols = n / rows, .block = 0};
+  l.block = op == CclOp::all_reduce ? l.cols : l.cols / p;
+  return l;
+}
+
+std::vector<std::int64_t> sizes_of(const Options& o) {
+  std::vector<std::int64_t> out;
+  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
+       b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
+    out.push_back(static_cast<std::int64_t>(b));
+  }
+  return out;
+}
+
+dist::CclCall call_of(const Layout& l, CclOp op, const Options& o, int p) {
+  const Shape in = l.shape(op == CclOp::all_gather ? l.block : l.cols);
+  std::vector<int> devices(static_cast<std::size_t>(p));
+  std::iota(devices.begin(), devices.end(), 0);
+  return {.op = op,
+          .dtype = o.dtype,
+          .reduce = o.redop,
+          .devices = std::move(devices),
+          .shape = in,
+          .dim = in.rank() - 1,
+          .concat_dim = in.rank() - 1};
+}
+
+std::string describe_nodes(MPI_Comm comm) {
+  int p = 0, me = 0;
+  MESHTEST_MPI(MPI_Comm_size(comm, &p));
+  MESHTEST_MPI(MPI_Comm_rank(comm, &me));
+  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
+  int len = 0;
+  MESHTEST_MPI(MPI_Get_processor_name(name.data(), &len));
+  std::vector<char> all(static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME);
+  MESHTEST_MPI(MPI_Gather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm));
+  if (me != 0) return {};
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;  // in order of first rank
+  for (int r = 0; r < p; ++r) {
+    const std::string h(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {h, {}});
+    it->second.push_back(r);
+  }
+  if (hosts.size() == 1) return fmt::format("{} on 1 node ({})", p, hosts[0].first);
+  std::string out = fmt::format("{} on {} nodes:", p, hosts.size());
+  for (const auto& [h, ranks] : hosts) {
+    out += fmt::format(" {} x{} (ranks {})", h, ranks.size(), fmt::join(ranks, " "));
+  }
+  return out;
+}
+
 namespace {
 
 namespace po = boost::program_options;
@@ -98,28 +156,6 @@ std::vector<CclOp> parse_ops(const std::string& s) {
 
 // ------------------------------------------------------------------------- measuring
 
-/// The layout of one size: every tensor is [rows, cols] (1-D [cols] along dim 0); the op
-/// splits or concatenates the last dim, whose local block has `block` columns.
-struct Layout {
-  std::int64_t rows = 1, cols = 0, block = 0;  // cols: of the whole (gathered / reduced) tensor
-  Shape shape(std::int64_t c) const { return rows == 1 ? Shape{c} : Shape{rows, c}; }
-};
-
-/// The table's call of `op` at layout l on the line's p devices, along the last dim: every
-/// input is [rows, cols], all_gather's [rows, block].
-dist::CclCall call_of(const Layout& l, CclOp op, const Options& o, int p) {
-  const Shape in = l.shape(op == CclOp::all_gather ? l.block : l.cols);
-  std::vector<int> devices(static_cast<std::size_t>(p));
-  std::iota(devices.begin(), devices.end(), 0);
-  return {.op = op,
-          .dtype = o.dtype,
-          .reduce = o.redop,
-          .devices = std::move(devices),
-          .shape = in,
-          .dim = in.rank() - 1,
-          .concat_dim = in.rank() - 1};
-}
-
 /// The direct MPI call on the same bytes: x contiguous in, `out` contiguous out.
 void run_mpi(MPI_Comm comm, CclOp op, const Tensor& x, Tensor& out, const Options& o, int p) {
   const MPI_Datatype t = dist::detail::mpi_type(x.dtype());
@@ -148,11 +184,8 @@ Row measure(const MeshDevice& mesh, CclOp op, std::int64_t bytes, const Options&
   const int p = mesh.size(), me = mesh.device_id();
   const dist::CclCase& cc = dist::ccl_case(op);
   const auto e = static_cast<std::int64_t>(dtype_size(o.dtype));
-  const std::int64_t unit = (o.dim == 0 ? 1 : o.rows) * (op == CclOp::all_reduce ? 1 : p);
-  const std::int64_t n = std::max<std::int64_t>(1, bytes / e / unit) * unit;
-  Layout l{.rows = o.dim == 0 ? 1 : o.rows, .cols = 0, .block = 0};
-  l.cols = n / l.rows;
-  l.block = op == CclOp::all_reduce ? l.cols : l.cols / p;
+  const Layout l = layout_of(op, bytes, o, p);
+  const std::int64_t n = l.rows * l.cols;
   const dist::CclCall call = call_of(l, op, o, p);
   const Tensor x = cc.input(call, me);
   Tensor mpi_out(l.shape(op == CclOp::reduce_scatter ? l.block : l.cols), o.dtype);
@@ -235,18 +268,38 @@ void print_memcpy(const std::vector<Row>& rows, const std::vector<double>& gbps)
 
 // ------------------------------------------------------------------------------ main
 
+/// Whether this meshtest-bench has the GPU side (bench/CMakeLists.txt: ccl_cuda.cpp is built).
+constexpr bool kWithCuda = MESHTEST_BENCH_CUDA != 0;
+
+Device parse_device(const std::string& s) {
+  MESHTEST_CHECK(s == "cpu" || s == "cuda", "--device: '{}' is not cpu or cuda", s);
+  MESHTEST_CHECK(s == "cpu" || kWithCuda,
+                 "--device cuda: this meshtest-bench was built without the GPU side (configure "
+                 "with -DMESHTEST_CUDA=ON, or ./launch/meshtest build --cuda; docs/gpu.md)");
+  return s == "cuda" ? Device::cuda : Device::cpu;
+}
+
 /// Parses argv into o; returns 0 to go on, 1 after --help, 2 on bad input (message printed).
 int parse(int argc, char** argv, Options& o) {
-  std::string b = "64K", e = "32M", d = "float", redop = "sum", ops = "all";
+  std::string device = "cpu", b, e, d = "float", redop = "sum", ops = "all";
   po::options_description desc(
       "meshtest-bench ccl: the nccl-tests table (size count type time algbw busbw #wrong) of "
       "meshtest's all_reduce, all_gather, reduce_scatter and all_to_all, each beside the direct "
       "MPI call (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall) timed in "
       "the same run on the same buffers, and the α-β model projected to 16..1024 ranks.\n"
-      "Run as: ./launch/meshtest bench ccl -np N [options]\nOptions");
-  desc.add_options()("help,h", "this help")("minbytes,b", po::value(&b)->default_value(b),
-                                            "smallest message size (bytes; K, M, G)")(
-      "maxbytes,e", po::value(&e)->default_value(e), "largest message size")(
+      "--device cuda (a build with the GPU side): on each rank's GPU, meshtest's default (exact) "
+      "path and its NCCL path (reductions) beside the direct NCCL call (ncclAllReduce, "
+      "ncclAllGather, ncclReduceScatter, grouped ncclSend/ncclRecv) on the same communicator, "
+      "stream and buffers, timed by CUDA events.\n"
+      "Run as: ./launch/meshtest bench ccl -np N [options]\n"
+      "    or: mpirun -np N -x NCCL_NVLS_ENABLE build/bin/meshtest-bench ccl --device cuda\n"
+      "Options");
+  desc.add_options()("help,h", "this help")(
+      "device", po::value(&device)->default_value(device),
+      "cpu: host tensors against MPI; cuda: each rank's GPU against NCCL (docs/ccl-bench.md)")(
+      "minbytes,b", po::value(&b),
+      "smallest message size (bytes; K, M, G); default 64K, with --device cuda 8")(
+      "maxbytes,e", po::value(&e), "largest message size; default 32M, with --device cuda 1G")(
       "stepfactor,f", po::value(&o.factor)->default_value(2), "size multiplier between rows")(
       "iters,n", po::value(&o.iters)->default_value(20), "timed iterations per round")(
       "warmup_iters,w", po::value(&o.warmup)->default_value(5), "untimed warm-up iterations")(
@@ -257,13 +310,18 @@ int parse(int argc, char** argv, Options& o) {
       "CCLs, comma-separated: all_reduce, all_gather, reduce_scatter, all_to_all, or all")(
       "dim", po::value(&o.dim)->default_value(0),
       "0: 1-D tensors; 1: [rows, p*k] tensors split or gathered along dim 1 (a non-leading "
-      "dim) against the direct MPI call on the same bytes")(
+      "dim) against the direct MPI call on the same bytes (--device cpu only)")(
       "rows", po::value(&o.rows)->default_value(64), "rows of the 2-D tensors of --dim 1")(
       "rounds", po::value(&o.rounds)->default_value(3),
       "rounds of -n calls per side, timed in alternating windows of at most 2 ms (at least "
-      "one call) of meshtest and MPI; each side keeps its best window")(
-      "json", po::value(&o.json), "write the rows to this JSON file (rank 0)");
+      "one call) of meshtest and MPI; each side keeps its best window. --device cuda: every "
+      "window is -n calls between two CUDA events")("json", po::value(&o.json),
+                                                    "write the rows to this JSON file (rank 0)");
   return parse_options("ccl", argc, argv, desc, [&] {
+    o.device = parse_device(device);
+    const bool cuda = o.device == Device::cuda;
+    if (b.empty()) b = cuda ? "8" : "64K";
+    if (e.empty()) e = cuda ? "1G" : "32M";
     o.min_bytes = parse_bytes(b, "-b");
     o.max_bytes = parse_bytes(e, "-e");
     o.dtype = parse_dtype(d);
@@ -277,38 +335,12 @@ int parse(int argc, char** argv, Options& o) {
                    o.warmup);
     MESHTEST_CHECK(o.check == 0 || o.check == 1, "-c must be 0 or 1 (got {})", o.check);
     MESHTEST_CHECK(o.dim == 0 || o.dim == 1, "--dim must be 0 or 1 (got {})", o.dim);
+    MESHTEST_CHECK(o.dim == 0 || !cuda,
+                   "--dim 1 with --device cuda: the GPU table times 1-D buffers (--dim 0)");
     MESHTEST_CHECK(o.rows > 0, "--rows must be positive (got {})", o.rows);
     MESHTEST_CHECK(o.redop != ReduceOp::avg || is_floating(o.dtype),
                    "-o avg needs a floating dtype (got {})", o.dtype);
   });
-}
-
-/// Collective: "8 on 1 node (host)" or "4 on 2 nodes: h1 x2 (ranks 0 2), h2 x2 (ranks 1 3)":
-/// where the ranks run, by MPI_Get_processor_name, for the table's header.
-std::string describe_nodes(MPI_Comm comm) {
-  int p = 0, me = 0;
-  MESHTEST_MPI(MPI_Comm_size(comm, &p));
-  MESHTEST_MPI(MPI_Comm_rank(comm, &me));
-  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
-  int len = 0;
-  MESHTEST_MPI(MPI_Get_processor_name(name.data(), &len));
-  std::vector<char> all(static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME);
-  MESHTEST_MPI(MPI_Gather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
-                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm));
-  if (me != 0) return {};
-  std::vector<std::pair<std::string, std::vector<int>>> hosts;  // in order of first rank
-  for (int r = 0; r < p; ++r) {
-    const std::string h(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
-    if (it == hosts.end()) it = hosts.insert(hosts.end(), {h, {}});
-    it->second.push_back(r);
-  }
-  if (hosts.size() == 1) return fmt::format("{} on 1 node ({})", p, hosts[0].first);
-  std::string out = fmt::format("{} on {} nodes:", p, hosts.size());
-  for (const auto& [h, ranks] : hosts) {
-    out += fmt::format(" {} x{} (ranks {})", h, ranks.size(), fmt::join(ranks, " "));
-  }
-  return out;
 }
 
 int bench_ccl(int argc, char** argv) {
@@ -317,6 +349,9 @@ int bench_ccl(int argc, char** argv) {
   if (const int rc = parse(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
   dist::tune_malloc_for_collectives();  // before MPI allocates: see the header
   dist::Environment env(argc, argv);
+#if MESHTEST_BENCH_CUDA
+  if (o.device == Device::cuda) return run_or_abort("ccl", [&] { return run_cuda(o); });
+#endif
   return run_or_abort("ccl", [&] {
     const MeshDevice mesh = MeshDevice::line();
     const int p = mesh.size();
@@ -359,10 +394,8 @@ int bench_ccl(int argc, char** argv) {
       if (root) print_header(o, op, p);
       std::vector<Row> rows;
       std::vector<double> gbps;
-      for (double b = static_cast<double>(o.min_bytes);
-           b <= static_cast<double>(o.max_bytes) * 1.0001;
-           b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
-        rows.push_back(measure(mesh, op, static_cast<std::int64_t>(b), o));
+      for (const std::int64_t bytes : sizes_of(o)) {
+        rows.push_back(measure(mesh, op, bytes, o));
         if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
         all.push_back(to_json(rows.back(), o, p));
         if (op == CclOp::all_reduce) {
@@ -373,12 +406,7 @@ int bench_ccl(int argc, char** argv) {
       if (root) print_model(op, p, rows);
       if (root && op == CclOp::all_reduce) print_memcpy(rows, gbps);
     }
-    if (root && !o.json.empty()) {
-      const std::string text = all.dump(2) + "\n";
-      const std::span<const std::byte> part = std::as_bytes(std::span(text));
-      write_file_atomic(o.json, std::span(&part, 1));
-      fmt::print("# wrote {} rows to {}\n", all.size(), o.json);
-    }
+    if (root && !o.json.empty()) write_json(o.json, all);
     std::int64_t wrong = 0;
     for (const auto& r : all) wrong += std::max<std::int64_t>(0, r["wrong"].get<std::int64_t>());
     return wrong == 0 ? 0 : 1;

@@ -1,7 +1,10 @@
-// meshtest-bench ccl's shared pieces: the ops it measures, its options, a table row, and the
-// table and α-β model printing (ccl_report.cpp). Names, bus factors, inputs and the exact
-// expected outputs come from the table of dist/ccl/cases.hpp.
+// meshtest-bench ccl's shared pieces: the ops it measures, its options, the layout of one size,
+// a table row, the table and α-β model printing (ccl_report.cpp), and the GPU table's entry
+// (ccl_cuda.cpp). Names, bus factors, inputs and the exact expected outputs come from the table
+// of dist/ccl/cases.hpp.
 #pragma once
+
+#include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -23,7 +26,11 @@ using dist::ReduceOp;
 constexpr CclOp kOps[] = {CclOp::all_reduce, CclOp::all_gather, CclOp::reduce_scatter,
                           CclOp::all_to_all};
 
+/// Where the CCLs run: host tensors against MPI, or each rank's GPU against NCCL.
+enum class Device { cpu, cuda };
+
 struct Options {
+  Device device = Device::cpu;
   std::int64_t min_bytes = 0, max_bytes = 0;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, dim = 0, rows = 64, rounds = 3;
@@ -32,6 +39,34 @@ struct Options {
   std::vector<CclOp> ops;
   std::string json;
 };
+
+/// The layout of one size: every tensor is [rows, cols] (1-D [cols] along dim 0); the op
+/// splits or concatenates the last dim, whose local block has `block` columns.
+struct Layout {
+  std::int64_t rows = 1, cols = 0, block = 0;  // cols: of the whole (gathered / reduced) tensor
+  Shape shape(std::int64_t c) const { return rows == 1 ? Shape{c} : Shape{rows, c}; }
+};
+
+/// The layout of `op` at about `bytes` (the whole tensor: all_reduce's vector, all_gather's
+/// output, reduce_scatter's input, all_to_all's send buffer) on p devices: rows * cols elements,
+/// rounded down to a multiple of the rows and, but for all_reduce, of p (at least one such unit).
+Layout layout_of(CclOp op, std::int64_t bytes, const Options& o, int p);
+
+/// The sizes of the table's rows: -b, then times -f up to -e (-b alone when they are equal).
+std::vector<std::int64_t> sizes_of(const Options& o);
+
+/// The case table's call of `op` at layout l on the line's p devices, along the last dim: every
+/// input is [rows, cols], all_gather's [rows, block].
+dist::CclCall call_of(const Layout& l, CclOp op, const Options& o, int p);
+
+/// Collective: "8 on 1 node (host)" or "4 on 2 nodes: h1 x2 (ranks 0 2), h2 x2 (ranks 1 3)":
+/// where the ranks run, by MPI_Get_processor_name, for the table's header ("" but on rank 0).
+std::string describe_nodes(MPI_Comm comm);
+
+/// meshtest-bench ccl --device cuda after MPI_Init (ccl_cuda.cpp, built with the GPU side only):
+/// the GPU table on every rank's GPU. Collective over MPI_COMM_WORLD; returns the exit code (2
+/// with the reason when a rank has no GPU of its own).
+int run_cuda(const Options& o);
 
 /// One table row.
 struct Row {
@@ -60,5 +95,7 @@ void print_row(const Row& r, DType t);
 void print_model(CclOp op, int p, const std::vector<Row>& rows);
 /// The row as a JSON object (for --json).
 nlohmann::json to_json(const Row& r, const Options& o, int p);
+/// Writes the rows to `path` (--json; rank 0) and says so.
+void write_json(const std::string& path, const nlohmann::json& rows);
 
 }  // namespace meshtest::bench::ccl

@@ -2,11 +2,13 @@
 // the rows as JSON.
 #include <fmt/format.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include "bench/alpha_beta.hpp"
 #include "bench/ccl_bench.hpp"
+#include "src/core/file.hpp"
 
 namespace meshtest::bench::ccl {
 
@@ -103,6 +105,13 @@ nlohmann::json to_json(const Row& r, const Options& o, int p) {
           {"steps", r.counted ? nlohmann::json(r.steps) : nlohmann::json()},
           {"written_bytes", r.counted ? nlohmann::json(r.written) : nlohmann::json()},
           {"read_bytes", r.counted ? nlohmann::json(r.read) : nlohmann::json()}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& rows) {
+  const std::string text = rows.dump(2) + "\n";
+  const std::span<const std::byte> part = std::as_bytes(std::span(text));
+  write_file_atomic(path, std::span(&part, 1));
+  fmt::print("# wrote {} rows to {}\n", rows.size(), path);
 }
 
 }  // namespace meshtest::bench::ccl
