@@ -414,7 +414,9 @@ int bench_ccl(int argc, char** argv) {
 }
 
 const tools::RegisterSubcommand reg{
-    {"ccl", "nccl-tests table of the CCLs against the direct MPI call, and the α-β model",
+    {"ccl",
+     "nccl-tests table of the CCLs against the direct MPI call, and the α-β model; --device cuda: "
+     "on GPUs against the direct NCCL call",
      &bench_ccl}};
 
 }  // namespace
