@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <string>
@@ -17,7 +18,11 @@ namespace {
 
 ncclConfig_t nonblocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // no call waits for another rank: see nccl_calls.hpp
+  // No call waits for another rank: see nccl_calls.hpp. MESHTEST_NCCL_BLOCKING=1 makes them
+  // blocking instead (each enqueue then returns without a poll; a stuck peer is ended by the
+  // harness's deadline), to measure what the polling costs.
+  const char* blocking = std::getenv("MESHTEST_NCCL_BLOCKING");
+  config.blocking = blocking != nullptr && std::string_view(blocking) == "1" ? 1 : 0;
   return config;
 }
 
