@@ -3,25 +3,22 @@
 // rank 2 misbehaves; this test checks how the job ended: a non-zero exit within the deadline
 // + 10 s (a desync, a skipped collective included, within 2 s of the last rank reaching the
 // collective), one message that names rank 2, the test and, where one is involved, the
-// collective with its sequence number and signature, and no process of the job left behind.
+// collective with its sequence number and signature, every rank's job-end hooks run once where
+// the harness ended the job, and no process of the job left behind.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dist/testing/harness/harness.hpp"
-#include "mpi_tests/harness_cases/spawn.hpp"
+#include "mpi_tests/harness_cases/fault_jobs.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest::dist::testing {
@@ -43,7 +40,8 @@ std::string fault_binary() {
 }
 
 enum class Kind {
-  failure,   ///< rank 2 fails or dies: the job ends well within the deadline
+  failure,   ///< rank 2 fails or exits: the job ends well within the deadline
+  died,      ///< rank 2 dies by a signal: mpirun ends the job, well within the deadline
   deadline,  ///< rank 2 stalls: the deadline ends the job
   desync,    ///< the collective reports it at once, on every rank
   skipped,   ///< rank 2 left the test without a collective the others wait in: the
@@ -63,8 +61,8 @@ const std::vector<Case>& cases() {
       {"Throw", Kind::failure, {"rank 2 throws", "all_reduce #3 f32[4]"}},
       {"Assert", Kind::failure, {"rank 2 fails an ASSERT", "all_reduce #3 f32[4]"}},
       {"Exit", Kind::failure, {"rank 2 exited with status 3"}},
-      {"SigKill", Kind::failure, {"rank 2", "signal 9"}},
-      {"Segv", Kind::failure, {"rank 2", "SIGSEGV"}},
+      {"SigKill", Kind::died, {"rank 2", "signal 9"}},
+      {"Segv", Kind::died, {"rank 2", "SIGSEGV"}},
       {"SleepPastDeadline", Kind::deadline, {"exceeded its deadline", "all_reduce #3 f32[4]"}},
       {"OtherCcl",
        Kind::desync,
@@ -85,47 +83,9 @@ const std::vector<Case>& cases() {
         "(collective #5 of that group)", "the ranks first differ at collective #5",
         "rank 2: never entered it (last: #4)"}},
       {"RawRecv", Kind::deadline, {"exceeded its deadline", "all_reduce #3 f32[4]"}},
-      {"KilledFromOutside", Kind::failure, {"rank 2", "signal 9"}},
+      {"KilledFromOutside", Kind::died, {"rank 2", "signal 9"}},
   };
   return all;
-}
-
-/// Milliseconds since the epoch.
-long long now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
-/// The processes whose environment holds `marker` ("NAME=value").
-std::vector<pid_t> processes_with(const std::string& marker) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "environ", std::ios::binary);
-    for (std::string entry; std::getline(in, entry, '\0');) {
-      if (entry == marker) {
-        out.push_back(static_cast<pid_t>(std::stol(name)));
-        break;
-      }
-    }
-  }
-  return out;
 }
 
 class Faults : public ::testing::TestWithParam<Case> {};
@@ -138,15 +98,6 @@ TEST_P(Faults, EndPromptlyNamingTheCause) {
   const test_support::TempDir dir(std::string("fault_") + c.name);
   const std::string marker = fmt::format("MESHTEST_FAULT_JOB={}-{}", ::getpid(), c.name);
   const fs::path pid_file = dir.path() / "rank2.pid";
-  const std::vector<std::string> argv = {
-      harness_cases::mpiexec(), "-np",          std::to_string(kRanks),
-      "--oversubscribe",        fault_binary(), std::string("--gtest_filter=MeshTest.") + c.name,
-      "--gtest_color=no"};
-  const std::vector<std::string> env = harness_cases::child_environment(
-      {"MESHTEST_REPORTS_DIR=" + (dir.path() / "reports").string(),
-       "MESHTEST_TEST_TIMEOUT=" + std::to_string(kDeadline),
-       "MESHTEST_FAULT_PID_FILE=" + pid_file.string(), marker, "OMPI_ALLOW_RUN_AS_ROOT=1",
-       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"});
 
   // (l): kill -9 rank 2 from outside once it has written its pid.
   std::atomic<bool> done{false};
@@ -154,36 +105,25 @@ TEST_P(Faults, EndPromptlyNamingTheCause) {
     if (std::string(c.name) != "KilledFromOutside") return;
     while (!done.load() && !fs::exists(pid_file)) std::this_thread::sleep_for(20ms);
     if (done.load()) return;
-    ::kill(static_cast<pid_t>(std::stol(slurp(pid_file))), SIGKILL);
+    ::kill(static_cast<pid_t>(std::stol(harness_cases::slurp(pid_file))), SIGKILL);
   });
-  const harness_cases::ChildResult r = harness_cases::run_child(
-      argv, env, std::chrono::seconds(kDeadline + 60), (dir.path() / "output.txt").string());
-  const long long ended = now_ms();
+  const harness_cases::FaultJob job = harness_cases::run_fault_job(
+      fault_binary(), kRanks, std::string("MeshTest.") + c.name, dir.path(), kDeadline,
+      {"MESHTEST_FAULT_PID_FILE=" + pid_file.string(), marker, "OMPI_ALLOW_RUN_AS_ROOT=1",
+       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"});
   done.store(true);
   killer.join();
 
-  std::string logs;  // every rank's log: the "[fault] ... reaches" lines
-  for (int rank = 0; rank < kRanks; ++rank) {
-    logs += slurp(dir.path() / "reports" / "logs" / fmt::format("rank{}.log", rank));
-  }
+  const harness_cases::ChildResult& r = job.result;
   const std::string& out = r.output;
-  const std::string all = out + logs;
+  const std::string all = out + job.logs;  // the logs: the "[fault] ... reaches" lines
   SCOPED_TRACE("the job's output:\n" + out);
 
   EXPECT_FALSE(r.timed_out) << "the job hung";
   EXPECT_NE(r.exit_code, 0) << "the job exited 0";
   EXPECT_LE(r.seconds, kDeadline + 10) << "the job took " << r.seconds << " s";
-  // The last rank to reach the collective, from the ranks' logs.
-  long long reached = 0;
-  int arrivals = 0;
-  const std::regex reach(R"(\[fault\] rank [0-9]+ reaches the collective at ([0-9]+))");
-  for (auto it = std::sregex_iterator(all.begin(), all.end(), reach); it != std::sregex_iterator();
-       ++it) {
-    reached = std::max(reached, std::stoll((*it)[1]));
-    ++arrivals;
-  }
-  EXPECT_EQ(arrivals, kRanks) << "not every rank reached the faulty step:\n" << all;
-  const double after = static_cast<double>(ended - reached) / 1000;
+  EXPECT_EQ(job.reached, kRanks) << "not every rank reached the faulty step:\n" << all;
+  const double after = static_cast<double>(job.ended_ms - job.last_reach_ms) / 1000;
   RecordProperty("seconds", fmt::format("{:.1f}", r.seconds));
   RecordProperty("seconds_after_last_arrival", fmt::format("{:.1f}", after));
   std::printf("[fault] %s: exit %d after %.1f s (%.1f s after the last rank reached the step)\n",
@@ -198,10 +138,11 @@ TEST_P(Faults, EndPromptlyNamingTheCause) {
   // One message, naming rank 2 and the test.
   EXPECT_NE(out.find(std::string("MeshTest.") + c.name), std::string::npos);
   EXPECT_NE(out.find("rank 2"), std::string::npos);
-  EXPECT_LE(count(out, "==== ending the job"), 1);
+  EXPECT_LE(harness_cases::count(out, "==== ending the job"), 1);
   for (const char* s : c.says) EXPECT_NE(all.find(s), std::string::npos) << "no '" << s << "'";
   if (c.kind == Kind::desync) {
-    EXPECT_EQ(count(out, ": Failure"), 1) << "the same error on every device is reported once";
+    EXPECT_EQ(harness_cases::count(out, ": Failure"), 1)
+        << "the same error on every device is reported once";
     EXPECT_NE(out.find("the same on ranks"), std::string::npos);
     EXPECT_NE(out.find("the ranks first differ at collective #3"), std::string::npos);
   }
@@ -215,15 +156,18 @@ TEST_P(Faults, EndPromptlyNamingTheCause) {
   if (c.kind == Kind::deadline) {
     EXPECT_NE(out.find("flight recorder"), std::string::npos);
   }
+  // Where the harness ended the job, every rank ran its job-end hooks once; nowhere else.
+  const bool harness_ended =
+      c.kind == Kind::failure || c.kind == Kind::deadline || c.kind == Kind::skipped;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    EXPECT_EQ(harness_cases::count(all, fmt::format("[fault] rank {} ran its job-end hooks", rank)),
+              harness_ended ? 1 : 0)
+        << "rank " << rank;
+  }
 
   // Nothing of the job is left running.
-  std::vector<pid_t> left = processes_with(marker);
-  for (int i = 0; i < 50 && !left.empty(); ++i) {
-    std::this_thread::sleep_for(100ms);
-    left = processes_with(marker);
-  }
+  const std::vector<pid_t> left = harness_cases::kill_leftovers(marker);
   EXPECT_TRUE(left.empty()) << left.size() << " processes of the job are still running";
-  for (pid_t p : left) ::kill(p, SIGKILL);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rank2, Faults, ::testing::ValuesIn(cases()),

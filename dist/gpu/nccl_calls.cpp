@@ -1,16 +1,19 @@
 // nccl_calls: the NCCL lock, the live communicators, polling waits and the abort hook.
 #include "dist/gpu/nccl_calls.hpp"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "dist/mesh/environment.hpp"
+#include "dist/mesh/job_end.hpp"
 #include "dist/mesh/mpi_check.hpp"
 
 namespace meshtest::dist::gpu {
@@ -25,6 +28,7 @@ struct State {
   std::mutex reason_mutex;
   std::string reason;          // guarded by reason_mutex
   bool finalize_hook = false;  // guarded by `calls`
+  bool process_hooks = false;  // guarded by `calls`
 };
 
 /// Never destroyed: the abort hook may run while the process exits.
@@ -89,6 +93,36 @@ int release_at_finalize(MPI_Comm, int, void*, void*) {
   return MPI_SUCCESS;
 }
 
+/// How long the process's own aborts (at the job's end, at exit) wait for ncclCommAbort: the
+/// harness aborts the job a moment later anyway.
+constexpr std::chrono::milliseconds kProcessAbortLimit = std::chrono::seconds(2);
+
+/// The harness ends the job: no rank may stay inside NCCL, and the exchanges waiting for a
+/// failed peer throw, naming the reason.
+void abort_at_job_end(std::string_view reason) {
+  abort_all_nccl(fmt::format("the job ends: {}", reason), kProcessAbortLimit);
+}
+
+/// exit() with communicators still live (a rank that exits mid-test): they are aborted before
+/// the CUDA runtime's own exit handlers (registered before this one) tear the device down under
+/// NCCL's threads. Nothing to do after MPI_Finalize released them.
+void abort_at_exit() {
+  {
+    std::unique_lock lock(state().calls, std::try_to_lock);
+    if (lock.owns_lock() && state().live.empty()) return;
+  }
+  abort_all_nccl("the process exits", kProcessAbortLimit);
+}
+
+/// With the first communicator: abort_at_job_end as a job-end hook, abort_at_exit at exit.
+void add_process_hooks() {
+  if (state().process_hooks) return;
+  add_job_end_hook(&abort_at_job_end);
+  MESHTEST_DIST_CHECK(std::atexit(&abort_at_exit) == 0,
+                      "cannot register the NCCL communicators' abort at exit (std::atexit)");
+  state().process_hooks = true;
+}
+
 void add_finalize_hook() {
   if (state().finalize_hook || !mpi_active()) return;
   MESHTEST_MPI(MPI_Comm_set_attr(MPI_COMM_SELF, delete_only_keyval(&release_at_finalize), nullptr));
@@ -124,6 +158,7 @@ NcclLock::~NcclLock() { state().calls.unlock(); }
 void track(ncclComm_t comm) {
   state().live.push_back(comm);
   add_finalize_hook();
+  add_process_hooks();
 }
 
 void release(ncclComm_t comm, bool clean, std::chrono::milliseconds limit) noexcept {

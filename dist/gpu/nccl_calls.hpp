@@ -7,6 +7,8 @@
 // process's NCCL lock per poll; abort_all_nccl, called from another thread (the test harness's
 // watchdog or coordinator), takes that lock between two polls, aborts every live communicator
 // (ncclCommAbort) and makes every later poll or call throw meshtest::Error instead of waiting.
+// The first communicator registers it as a job-end hook (dist/mesh/job_end.hpp: the test harness
+// runs it on every rank as it ends a job) and at exit (a rank that exits mid-test).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,7 +45,9 @@ class NcclLock {
 
 /// Enters a communicator that ncclCommInitRankConfig or ncclCommSplit just returned (ready or
 /// still in progress) into the live set, which abort_all_nccl aborts and MPI_Finalize releases
-/// (in reverse order of creation). Call it holding the NcclLock.
+/// (in reverse order of creation). The first call also registers abort_all_nccl (its limit 2 s)
+/// as a job-end hook, reason "the job ends: <the harness's reason>", and at exit, reason "the
+/// process exits" (when communicators are still live then). Call it holding the NcclLock.
 void track(ncclComm_t comm);
 
 /// Takes comm out of the live set and frees it. `clean`: ncclCommFinalize, polled until the

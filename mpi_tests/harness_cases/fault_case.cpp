@@ -1,7 +1,8 @@
 // The faults of mpi_tests/test_faults, run as child jobs (mpirun -np 4 fault_case
 // --gtest_filter=Fault.<case>): rank 2 misbehaves while the other ranks go on. Before the
 // faulty step every rank prints "[fault] rank r reaches the collective at <ms since epoch>"
-// (to its rank log), so the launcher can time how fast the job ends after the last arrival.
+// (to its rank log), so the launcher can time how fast the job ends after the last arrival, and
+// "[fault] rank r ran its job-end hooks: <reason>" when it runs them.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include "dist/ccl/all_to_all.hpp"
 #include "dist/testing/harness/fixtures.hpp"
 #include "dist/testing/harness/harness.hpp"
+#include "mpi_tests/harness_cases/fault_step.hpp"
 
 namespace meshtest::dist::testing {
 namespace {
@@ -41,14 +43,10 @@ void warm_up(const MeshDevice& mesh) {
   for (int i = 0; i < 2; ++i) all_reduce(mesh, ones());
 }
 
-void reach() {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
-  std::fprintf(stderr, "[fault] rank %d reaches the collective at %lld\n", world_rank(),
-               static_cast<long long>(ms));
-  std::fflush(stderr);
-}
+void reach() { harness_cases::print_reach(); }
+
+/// Every rank says in its log when it runs its job-end hooks.
+const bool g_printing_job_end = harness_cases::add_print_job_end();
 
 [[gnu::noinline, gnu::no_sanitize_undefined]] void write_through_null() {
   volatile int* volatile p = nullptr;

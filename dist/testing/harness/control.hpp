@@ -10,6 +10,8 @@ namespace meshtest::dist::testing::detail {
 /// ends the job with one report (MPI_Abort) when a deadline expires, when ranks lag behind a
 /// failed rank inside a collective, or when a rank exits. On other ranks it is a watchdog that
 /// answers the coordinator's queries with a snapshot (activity, last collective, failures).
+/// Ending a job, every rank's control thread runs the job-end hooks (dist/mesh/job_end.hpp)
+/// after its snapshot for the report is taken.
 void start_control_thread();
 
 /// Joins the control thread; call after the final verdict (exchange of a finish arrival).

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/mesh/job_end.hpp"
 #include "dist/testing/harness/control.hpp"
 #include "dist/testing/harness/crash.hpp"
 #include "dist/testing/harness/output.hpp"
@@ -274,12 +275,14 @@ class Coordinator {
   }
 
   /// Prints one report with fresh snapshots of every rank (their flight recorders dumped) and
-  /// the flight recorder's summary, and aborts the job.
+  /// the flight recorder's summary, and aborts the job. Every rank runs its job-end hooks
+  /// (dist/mesh/job_end.hpp) once its snapshot is taken (rank 0 once the report is out), so
+  /// that what they release (a rank stuck inside NCCL) does not change the report.
   [[noreturn]] void end_job(const std::string& reason, int code) {
     disarm_exit_hook();  // MPI_Abort may exit this process through exit()
     std::vector<int> all(static_cast<std::size_t>(c_.size));
     std::iota(all.begin(), all.end(), 0);
-    query(all, reason);
+    query(all, reason);  // every watchdog answers, then runs its hooks
     const auto until = Clock::now() + kSnapshotWait;
     Backoff backoff;
     while (Clock::now() < until && !answered(all)) {
@@ -298,7 +301,9 @@ class Coordinator {
                              .arrivals = arrivals_,
                              .snapshots = latest_};
     write_original_stderr(format_report(report) + flight_summary_of(latest_, c_.size));
-    std::this_thread::sleep_for(kForwardDelay);  // let mpirun forward the report first
+    const auto forwarded = Clock::now() + kForwardDelay;  // mpirun forwards the report first
+    run_job_end_hooks(reason);
+    std::this_thread::sleep_until(forwarded);
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();  // not reached
   }

@@ -13,8 +13,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 
+#include "dist/mesh/job_end.hpp"
 #include "dist/testing/harness/output.hpp"
 #include "dist/testing/harness/protocol.hpp"
 #include "dist/testing/harness/state.hpp"
@@ -172,9 +174,11 @@ void on_process_exit(int status, void* /*arg*/) {
     std::this_thread::sleep_for(c.failure_grace + std::chrono::seconds(10));
   } catch (...) {
   }
-  write_original_stderr(fmt::format(
-      "[rank {}/{}] exited with status {} in {} and rank 0 did not end the job; aborting\n", c.rank,
-      c.size, status, exited.activity));
+  const std::string message = fmt::format(
+      "[rank {}/{}] exited with status {} in {} and rank 0 did not end the job; aborting", c.rank,
+      c.size, status, exited.activity);
+  write_original_stderr(message + "\n");
+  run_job_end_hooks(message);
   MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : 1);
 }
 

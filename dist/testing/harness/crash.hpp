@@ -12,7 +12,8 @@ void install_crash_handlers(int rank, int size, int stderr_fd, bool redirected);
 
 /// Registers (once) and arms an on_exit hook: a rank that exits before the harness finishes
 /// tells rank 0's coordinator, which reports it with every rank's last collective and aborts
-/// the job. If no abort comes, the hook reports by itself and calls MPI_Abort.
+/// the job. If no abort comes, the hook reports by itself, runs the job-end hooks
+/// (dist/mesh/job_end.hpp) and calls MPI_Abort.
 void arm_exit_hook();
 
 /// The harness finished (or is aborting the job itself): exit is expected from now on.

@@ -8,9 +8,11 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "dist/ccl/ccl_log.hpp"
 #include "dist/mesh/environment.hpp"
+#include "dist/mesh/job_end.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/testing/harness/control.hpp"
 #include "dist/testing/harness/crash.hpp"
@@ -97,8 +99,10 @@ int run_all_tests(int& argc, char** argv) {
     return run(argc, argv);
   } catch (const std::exception& e) {
     detail::disarm_exit_hook();
-    detail::write_original_stderr(fmt::format("[rank {}/{}] meshtest harness error: {}\n",
-                                              world_rank(), world_size(), e.what()));
+    const std::string message = fmt::format("[rank {}/{}] meshtest harness error: {}", world_rank(),
+                                            world_size(), e.what());
+    detail::write_original_stderr(message + "\n");
+    run_job_end_hooks(message);
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

@@ -73,7 +73,8 @@ Snapshot decode_snapshot(std::string_view bytes);
 Exited decode_exited(std::string_view bytes);
 
 /// A snapshot query: its id, and the reason when the coordinator asks every rank to dump its
-/// flight recorder (empty: a plain snapshot).
+/// flight recorder (empty: a plain snapshot). The coordinator gives a reason only as it ends the
+/// job: the watchdog answers, then runs the rank's job-end hooks (dist/mesh/job_end.hpp).
 std::string encode_query(std::uint64_t id, std::string_view dump);
 std::pair<std::uint64_t, std::string> decode_query(std::string_view bytes);
 

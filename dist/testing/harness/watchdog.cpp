@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "dist/mesh/job_end.hpp"
 #include "dist/testing/harness/control.hpp"
 #include "dist/testing/harness/crash.hpp"
 #include "dist/testing/harness/output.hpp"
@@ -18,7 +19,9 @@ namespace {
 std::thread* g_thread = nullptr;  // never destroyed: exit() mid-test must not join or terminate
 std::atomic<bool> g_stop{false};
 
-/// Answers the coordinator's queries with this rank's snapshot until stopped.
+/// Answers the coordinator's queries with this rank's snapshot until stopped. A query with a
+/// dump reason comes only as the coordinator ends the job: after answering it, the watchdog
+/// runs this rank's job-end hooks.
 void run_watchdog() {
   const Config& c = config();
   while (!g_stop.load()) {
@@ -26,6 +29,7 @@ void run_watchdog() {
       const auto [id, dump] = decode_query(query->bytes);
       send(c.to_root, 0, kSnapshot,
            encode(dump.empty() ? snapshot(id) : snapshot_with_flight(id, dump)));
+      if (!dump.empty()) run_job_end_hooks(dump);
       continue;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -38,8 +42,10 @@ void guarded(void (*body)()) {
   } catch (const std::exception& e) {
     const Config& c = config();
     disarm_exit_hook();
-    write_original_stderr(fmt::format("[rank {}/{}] meshtest harness control thread failed: {}\n",
-                                      c.rank, c.size, e.what()));
+    const std::string message = fmt::format(
+        "[rank {}/{}] meshtest harness control thread failed: {}", c.rank, c.size, e.what());
+    write_original_stderr(message + "\n");
+    run_job_end_hooks(message);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 }
