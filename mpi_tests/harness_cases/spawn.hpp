@@ -53,7 +53,9 @@ struct ChildResult {
 /// of the mpirun that launched this rank (the user's, with their OMPI_MCA_* settings, before
 /// mpirun added its per-rank variables), read from /proc/<ppid>/environ; else this process's
 /// environment without the launcher's variables (OMPI_*, PMIX_*, OPAL_*, ORTE_*, PRTE_*; but
-/// OMPI_ALLOW_RUN_AS_ROOT* and OMPI_MCA_mca_base_* are kept). Either way without MESHTEST_*
+/// the user's settings are kept: OMPI_ALLOW_RUN_AS_ROOT*, and the MCA parameters of the
+/// frameworks a user or a machine image sets, OMPI_MCA_{mca_base,plm,rmaps,btl,pml,hwloc}_*, as
+/// an image without ssh sets OMPI_MCA_plm_rsh_agent). Either way without MESHTEST_*
 /// and GTEST_* settings, plus `extra` ("NAME=value").
 inline std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
   std::vector<std::string> base;
@@ -77,8 +79,11 @@ inline std::vector<std::string> child_environment(const std::vector<std::string>
     const bool launcher = v.starts_with("OMPI_") || v.starts_with("PMIX_") ||
                           v.starts_with("OPAL_") || v.starts_with("ORTE_") ||
                           v.starts_with("PRTE_");
-    const bool user_setting =
-        v.starts_with("OMPI_ALLOW_RUN_AS_ROOT") || v.starts_with("OMPI_MCA_mca_base_");
+    bool user_setting = v.starts_with("OMPI_ALLOW_RUN_AS_ROOT");
+    for (std::string_view framework : {"mca_base_", "plm_", "rmaps_", "btl_", "pml_", "hwloc_"}) {
+      user_setting =
+          user_setting || (v.starts_with("OMPI_MCA_") && v.substr(9).starts_with(framework));
+    }
     const bool ours = v.starts_with("MESHTEST_") || v.starts_with("GTEST_");
     if (ours || (!from_launcher && launcher && !user_setting)) continue;
     env.push_back(entry);
