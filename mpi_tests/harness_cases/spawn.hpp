@@ -54,8 +54,9 @@ struct ChildResult {
 /// mpirun added its per-rank variables), read from /proc/<ppid>/environ; else this process's
 /// environment without the launcher's variables (OMPI_*, PMIX_*, OPAL_*, ORTE_*, PRTE_*; but
 /// the user's settings are kept: OMPI_ALLOW_RUN_AS_ROOT*, and the MCA parameters of the
-/// frameworks a user or a machine image sets, OMPI_MCA_{mca_base,plm,rmaps,btl,pml,hwloc}_*, as
-/// an image without ssh sets OMPI_MCA_plm_rsh_agent). Either way without MESHTEST_*
+/// frameworks a user or a machine image sets, OMPI_MCA_{mca_base,plm,rmaps,btl,pml,hwloc}[_=]*,
+/// as an image without ssh sets OMPI_MCA_plm=isolated, and PMIX_MCA_*). Either way without
+/// MESHTEST_*
 /// and GTEST_* settings, plus `extra` ("NAME=value").
 inline std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
   std::vector<std::string> base;
@@ -79,10 +80,12 @@ inline std::vector<std::string> child_environment(const std::vector<std::string>
     const bool launcher = v.starts_with("OMPI_") || v.starts_with("PMIX_") ||
                           v.starts_with("OPAL_") || v.starts_with("ORTE_") ||
                           v.starts_with("PRTE_");
-    bool user_setting = v.starts_with("OMPI_ALLOW_RUN_AS_ROOT");
-    for (std::string_view framework : {"mca_base_", "plm_", "rmaps_", "btl_", "pml_", "hwloc_"}) {
+    bool user_setting = v.starts_with("OMPI_ALLOW_RUN_AS_ROOT") || v.starts_with("PMIX_MCA_");
+    for (std::string_view framework : {"mca_base", "plm", "rmaps", "btl", "pml", "hwloc"}) {
+      const std::string_view rest = v.starts_with("OMPI_MCA_") ? v.substr(9) : std::string_view();
       user_setting =
-          user_setting || (v.starts_with("OMPI_MCA_") && v.substr(9).starts_with(framework));
+          user_setting || (rest.starts_with(framework) && rest.size() > framework.size() &&
+                           (rest[framework.size()] == '_' || rest[framework.size()] == '='));
     }
     const bool ours = v.starts_with("MESHTEST_") || v.starts_with("GTEST_");
     if (ours || (!from_launcher && launcher && !user_setting)) continue;
