@@ -56,8 +56,7 @@ struct ChildResult {
 /// the user's settings are kept: OMPI_ALLOW_RUN_AS_ROOT*, and the MCA parameters of the
 /// frameworks a user or a machine image sets, OMPI_MCA_{mca_base,plm,rmaps,btl,pml,hwloc}[_=]*,
 /// as an image without ssh sets OMPI_MCA_plm=isolated, and PMIX_MCA_*). Either way without
-/// MESHTEST_*
-/// and GTEST_* settings, plus `extra` ("NAME=value").
+/// MESHTEST_* and GTEST_* settings, plus `extra` ("NAME=value").
 inline std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
   std::vector<std::string> base;
   bool from_launcher = false;
