@@ -1,10 +1,12 @@
 // nccl_calls: every NCCL call of the process goes through here — the error check, one lock, the
 // live communicators, the waits that poll (so that a fault can interrupt them) and the abort hook.
 //
-// The communicators are nonblocking (ncclConfig_t::blocking = 0): no NCCL call but
-// ncclCommDestroy and ncclCommAbort waits for another rank, so no host thread is ever stuck
-// inside NCCL. A thread waits for NCCL by polling (settle, wait_stream) under a short hold of the
-// process's NCCL lock per poll; abort_all_nccl, called from another thread (the test harness's
+// The communicators are blocking by default (an NCCL call returns once its work is queued; see
+// docs/gpu.md for the measured cost of the other mode) and nonblocking under
+// MESHTEST_NCCL_BLOCKING=0 (ncclConfig_t::blocking = 0: no NCCL call but ncclCommDestroy and
+// ncclCommAbort waits for another rank). Either way a thread waits for the queued work by polling
+// (settle, wait_stream) under a short hold of the process's NCCL lock per poll, never inside a
+// blocking CUDA or NCCL wait; abort_all_nccl, called from another thread (the test harness's
 // watchdog or coordinator), takes that lock between two polls, aborts every live communicator
 // (ncclCommAbort) and makes every later poll or call throw meshtest::Error instead of waiting.
 // The first communicator registers it as a job-end hook (dist/mesh/job_end.hpp: the test harness

@@ -16,13 +16,17 @@
 namespace meshtest::dist::gpu {
 namespace {
 
-ncclConfig_t nonblocking_config() {
+/// Blocking unless MESHTEST_NCCL_BLOCKING=0 (see nccl_calls.hpp); any other value but 1 is an
+/// Error naming it.
+ncclConfig_t comm_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  // No call waits for another rank: see nccl_calls.hpp. MESHTEST_NCCL_BLOCKING=1 makes them
-  // blocking instead (each enqueue then returns without a poll; a stuck peer is ended by the
-  // harness's deadline), to measure what the polling costs.
-  const char* blocking = std::getenv("MESHTEST_NCCL_BLOCKING");
-  config.blocking = blocking != nullptr && std::string_view(blocking) == "1" ? 1 : 0;
+  const char* v = std::getenv("MESHTEST_NCCL_BLOCKING");
+  const std::string_view value = v != nullptr ? v : "1";
+  MESHTEST_DIST_CHECK(value == "0" || value == "1",
+                      "MESHTEST_NCCL_BLOCKING='{}': expected 1 (blocking communicators, the "
+                      "default) or 0 (nonblocking)",
+                      value);
+  config.blocking = value == "1" ? 1 : 0;
   return config;
 }
 
@@ -147,7 +151,7 @@ MeshNccl::MeshNccl(const MeshDevice& mesh)
   }
   agree_or_throw(mesh.comm(), problem);  // rank 0 without an id: every device throws
   MESHTEST_MPI(MPI_Bcast(&unique, sizeof unique, MPI_BYTE, 0, mesh.comm()));
-  ncclConfig_t config = nonblocking_config();
+  ncclConfig_t config = comm_config();
   const int n = mesh.size();
   const ncclComm_t comm = make_comm("ncclCommInitRankConfig", nullptr, [&](ncclComm_t* out) {
     return ncclCommInitRankConfig(out, n, unique, id_, &config);
@@ -169,7 +173,7 @@ NcclGroup& MeshNccl::group(int axis) {
   const int r = id_ / shape_[1], c = id_ % shape_[1];
   // Axis 0: the devices of one column, ordered by r; axis 1: one row, ordered by c.
   const int color = axis == 0 ? c : r, key = axis == 0 ? r : c;
-  ncclConfig_t config = nonblocking_config();
+  ncclConfig_t config = comm_config();
   const ncclComm_t comm = make_comm("ncclCommSplit", all_->comm(), [&](ncclComm_t* out) {
     return ncclCommSplit(all_->comm(), color, key, out, &config);
   });

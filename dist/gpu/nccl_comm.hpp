@@ -16,7 +16,7 @@
 
 namespace meshtest::dist::gpu {
 
-/// One nonblocking NCCL communicator of a mesh: the p devices of a group (the whole mesh or one
+/// One NCCL communicator of a mesh: the p devices of a group (the whole mesh or one
 /// axis group), this device's NCCL rank equal to its index in the group; the stream every
 /// exchange on it is queued on; its staging memory. Made by MeshNccl, which owns it.
 class NcclGroup {
