@@ -20,9 +20,9 @@ void detail::all_gather(const MeshDevice& mesh, const CclArg& x, const AllGather
   Call call("all_gather", mesh, opt.axis, x, {{"dim", opt.dim}});
   const int d = call.dim("dim", opt.dim);
   call.agree({{"dim", opt.dim}}, {.free_dim = d});
-  const auto plan = call.plan<AllGatherPlan>([&] {
+  const auto plan = call.plan<BlockPlan>([&] {
     // Device i contributes n_i along d (any sizes, e.g. array_split shards).
-    auto pl = std::make_shared<AllGatherPlan>();
+    auto pl = std::make_shared<BlockPlan>();
     std::vector<std::int64_t> sizes;
     std::int64_t n = 0;
     for (const Meta& m : call.group()) {

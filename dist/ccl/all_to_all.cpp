@@ -39,9 +39,9 @@ std::shared_ptr<AllToAllPlan> make_plan(const Call& call, const CclArg& x, int s
     recv[j] = m[j * p + me];
   }
   // The received pieces [.., recv[i] along s, ..] are concatenated along c.
-  pl->out_shape =
-      c == s ? x.shape.with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
-             : x.shape.with(s, recv[0]).with(c, call.size() * x.shape[c]);
+  pl->out_shape = c == s
+                      ? x.shape.with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
+                      : x.shape.with(s, recv[0]).with(c, call.size() * x.shape[c]);
   std::vector<std::int64_t> placed = c == s ? recv : std::vector(p, x.shape[c]);
   pl->send_elems = block_elems(x.shape, s, send);
   pl->recv_elems = block_elems(x.shape, s, recv);

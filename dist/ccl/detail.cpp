@@ -3,8 +3,8 @@
 
 #include "dist/ccl/group_calls.hpp"
 
-#include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/paths/shm/shm.hpp"
+#include "dist/ccl/private_comm.hpp"
 
 #include <fmt/format.h>
 

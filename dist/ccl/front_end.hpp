@@ -28,8 +28,9 @@ void all_reduce(const MeshDevice& mesh, const CclArg& x, const CclArg& out,
 void all_to_all(const MeshDevice& mesh, const CclArg& x, const AllToAllOptions& opt,
                 const MakeOutput& out);
 /// all_to_all_v of x (send_counts: host memory); the output comes from `out`.
-void all_to_all_v(const MeshDevice& mesh, const CclArg& x, std::span<const std::int64_t> send_counts,
-                  const AllToAllOptions& opt, const MakeOutput& out);
+void all_to_all_v(const MeshDevice& mesh, const CclArg& x,
+                  std::span<const std::int64_t> send_counts, const AllToAllOptions& opt,
+                  const MakeOutput& out);
 /// broadcast of the root's x; the output (the root's shape and dtype) comes from `out`.
 void broadcast(const MeshDevice& mesh, const CclArg& x, const BroadcastOptions& opt,
                const MakeOutput& out);

@@ -45,35 +45,30 @@ class CclPlan : public perf::Plan {
   std::array<std::unique_ptr<PathState>, kPathKinds> states_;
 };
 
-/// all_gather's geometry: device i's piece has elems[i] elements; out holds the pieces placed
-/// along the gathered dim in axis order (layout: those pieces of out).
-struct AllGatherPlan : CclPlan {
-  Shape out_shape;
-  std::vector<std::int64_t> elems;
-  BlockLayout layout;
-  bool even = false;  ///< every piece has the same size
-};
-struct AllGatherExchange {
-  const std::byte* in = nullptr;  ///< this device's piece, contiguous
-  std::byte* out = nullptr;       ///< not empty
-  DType t = DType::f32;
-  std::shared_ptr<AllGatherPlan> plan;
-};
-
-/// reduce_scatter's geometry: the input cut into p blocks along a dim (layout: those blocks of
-/// the input; elems[j]: block j's elements); device j gets block j reduced over the group.
-struct ReduceScatterPlan : CclPlan {
+/// The geometry of all_gather and reduce_scatter: p blocks along a dim, block j of elems[j]
+/// elements. all_gather: device j's piece, placed as block j of the output (layout: the blocks
+/// of the output). reduce_scatter: block j of the input (layout: the blocks of the input) goes
+/// to device j, reduced over the group.
+struct BlockPlan : CclPlan {
   Shape out_shape;
   std::vector<std::int64_t> elems;
   BlockLayout layout;
   bool even = false;  ///< every block has the same size
 };
+
+struct AllGatherExchange {
+  const std::byte* in = nullptr;  ///< this device's piece, contiguous
+  std::byte* out = nullptr;       ///< not empty
+  DType t = DType::f32;
+  std::shared_ptr<BlockPlan> plan;
+};
+
 struct ReduceScatterExchange {
   const std::byte* in = nullptr;  ///< not empty
   std::byte* out = nullptr;
   DType t = DType::f32;
   ReduceOp op = ReduceOp::sum;
-  std::shared_ptr<ReduceScatterPlan> plan;
+  std::shared_ptr<BlockPlan> plan;
 };
 
 /// all_reduce: out = every device's `in` reduced in axis order (out may be in).
@@ -127,9 +122,7 @@ class Path {
   virtual PathKind kind() const = 0;
 
   virtual bool all_gather(Call& /*call*/, const AllGatherExchange& /*x*/) { return false; }
-  virtual bool reduce_scatter(Call& /*call*/, const ReduceScatterExchange& /*x*/) {
-    return false;
-  }
+  virtual bool reduce_scatter(Call& /*call*/, const ReduceScatterExchange& /*x*/) { return false; }
   virtual bool all_reduce(Call& /*call*/, const AllReduceExchange& /*x*/) { return false; }
   /// all_to_all and all_to_all_v (the same exchange of planned blocks).
   virtual bool all_to_all(Call& /*call*/, const AllToAllExchange& /*x*/) { return false; }

@@ -12,10 +12,10 @@ namespace meshtest::dist::detail {
 
 /// dst[k] = terms[0][k] op terms[1][k] op ... op terms[p-1][k] for k < n, combined in this
 /// order (the axis order) on every path of every CCL, so every device and every path (shared
-/// memory, node chain, MPI) give the same bits. bf16 accumulates all p terms in f32 and rounds once at
-/// the end, never once per addition. avg divides the sum by p before that one rounding.
-/// Integer sums wrap (two's complement), as MPI's do. dst may be one of the terms. t must not
-/// be u8, and avg needs a floating t (Call::check_reduce_op has checked both).
+/// memory, node chain, MPI) give the same bits. bf16 accumulates all p terms in f32 and rounds once
+/// at the end, never once per addition. avg divides the sum by p before that one rounding. Integer
+/// sums wrap (two's complement), as MPI's do. dst may be one of the terms. t must not be u8, and
+/// avg needs a floating t (Call::check_reduce_op has checked both).
 void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
             ReduceOp op);
 
@@ -23,9 +23,9 @@ void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_
 std::size_t accumulator_size(DType t);
 
 /// Where a reduction of terms that arrive in consecutive groups stands (the node chain's
-/// all_reduce, paths/node_chain/node_chain.hpp): `carry` is the unrounded accumulator of every earlier group's
-/// terms (accumulator_size(t) bytes an element), or null for the first group; `last` says
-/// whether this group is the last, and `total` counts the terms of all groups.
+/// all_reduce, paths/node_chain/node_chain.hpp): `carry` is the unrounded accumulator of every
+/// earlier group's terms (accumulator_size(t) bytes an element), or null for the first group;
+/// `last` says whether this group is the last, and `total` counts the terms of all groups.
 struct Stage {
   const std::byte* carry = nullptr;
   bool last = true;

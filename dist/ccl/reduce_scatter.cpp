@@ -25,9 +25,9 @@ void detail::reduce_scatter(const MeshDevice& mesh, const CclArg& x,
   const int d = call.dim("dim", opt.dim);
   call.agree({{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}});
   call.check_reduce_op(opt.op, x.dtype);
-  const auto plan = call.plan<ReduceScatterPlan>([&] {
+  const auto plan = call.plan<BlockPlan>([&] {
     // Device i keeps split_range(n, p, i) along d.
-    auto pl = std::make_shared<ReduceScatterPlan>();
+    auto pl = std::make_shared<BlockPlan>();
     std::vector<std::int64_t> sizes = split_sizes(x.shape[d], call.size());
     pl->out_shape = x.shape.with(d, sizes[static_cast<std::size_t>(call.index())]);
     pl->elems = block_elems(x.shape, d, sizes);

@@ -45,7 +45,7 @@ class MpiPath final : public Path {
   // sees contiguous buffers of its basic types (see all_to_all).
   bool all_gather(Call& call, const AllGatherExchange& x) override {
     auto& s = x.plan->state<GatherState>(kind(), [&] {
-      const AllGatherPlan& pl = *x.plan;
+      const BlockPlan& pl = *x.plan;
       auto st = std::make_unique<GatherState>();
       call.count(pl.out_shape.numel(), "the gathered output");
       std::tie(st->counts, st->displs) = call.counts(pl.elems, "a piece");
@@ -60,8 +60,8 @@ class MpiPath final : public Path {
       if (pl->even) {
         MESHTEST_MPI(MPI_Allgather(in, s->counts[me], t, recv, s->counts[me], t, comm));
       } else {
-        MESHTEST_MPI(MPI_Allgatherv(in, s->counts[me], t, recv, s->counts.data(),
-                                    s->displs.data(), t, comm));
+        MESHTEST_MPI(MPI_Allgatherv(in, s->counts[me], t, recv, s->counts.data(), s->displs.data(),
+                                    t, comm));
       }
       if (!pl->layout.direct()) pl->layout.unpack(recv, o);
     });
@@ -85,9 +85,8 @@ class MpiPath final : public Path {
     });
     const std::size_t bytes = call.input().nbytes();
     call.run([pl = x.plan, s = &s, in = x.in, o = x.out, t = mpi_type(x.t), op = x.op,
-              comm = call.size() > 1 ? private_comm(call.comm()) : MPI_COMM_NULL, bytes] {
-      s->rs.run(pl->layout.packed(in, s->packed, bytes), o, t, op, comm);
-    });
+              comm = call.size() > 1 ? private_comm(call.comm()) : MPI_COMM_NULL,
+              bytes] { s->rs.run(pl->layout.packed(in, s->packed, bytes), o, t, op, comm); });
     return true;
   }
 
@@ -100,9 +99,8 @@ class MpiPath final : public Path {
       pl->rs = DirectReduceScatter(std::move(counts), x.t, call.index());
       return pl;
     });
-    call.run([pl = plan, in = x.in, out = x.out, t = mpi_type(x.t), e = dtype_size(x.t),
-              op = x.op, comm = private_comm(call.comm()),
-              r = static_cast<std::size_t>(call.index())] {
+    call.run([pl = plan, in = x.in, out = x.out, t = mpi_type(x.t), e = dtype_size(x.t), op = x.op,
+              comm = private_comm(call.comm()), r = static_cast<std::size_t>(call.index())] {
       pl->rs.run(in, out + static_cast<std::size_t>(pl->displs[r]) * e, t, op, comm);
       MESHTEST_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, pl->rs.counts().data(),
                                   pl->displs.data(), t, comm));

@@ -9,9 +9,9 @@
 #include <optional>
 #include <string_view>
 
+#include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/reduce.hpp"
-#include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/core/shape.hpp"
 

@@ -33,11 +33,10 @@ class ShmPath final : public Path {
     if (!x.plan->even) return false;
     auto& ws = x.plan->state<PackedInput>(kind(), [] { return std::make_unique<PackedInput>(); });
     const std::int64_t n = x.plan->elems[static_cast<std::size_t>(call.index())];
-    const std::size_t bytes = x.plan->elems.size() * static_cast<std::size_t>(n) * dtype_size(x.t);
-    call.run([g = call.shm(), in = x.in, out = x.out, t = x.t, op = x.op, pl = x.plan, ws = &ws,
-              n, bytes] {
-      g->reduce_scatter(pl->layout.packed(in, ws->bytes, bytes), out, n, t, op);
-    });
+    const std::size_t bytes = call.input().nbytes();
+    call.run(
+        [g = call.shm(), in = x.in, out = x.out, t = x.t, op = x.op, pl = x.plan, ws = &ws, n,
+         bytes] { g->reduce_scatter(pl->layout.packed(in, ws->bytes, bytes), out, n, t, op); });
     return true;
   }
 
