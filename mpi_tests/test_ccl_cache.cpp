@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
-#include "dist/ccl/shm.hpp"
+#include "dist/ccl/paths/shm/shm.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/core/tensor.hpp"
 #include "src/perf/program_cache.hpp"

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
-#include "dist/ccl/node_chain.hpp"
-#include "dist/ccl/shm.hpp"
+#include "dist/ccl/paths/node_chain/node_chain.hpp"
+#include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/testing/harness/harness.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/core/random.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
-#include "dist/ccl/shm.hpp"
+#include "dist/ccl/paths/shm/shm.hpp"
 #include "src/core/random.hpp"
 #include "src/core/tensor.hpp"
 

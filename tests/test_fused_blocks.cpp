@@ -5,6 +5,7 @@
 // fused blocks run qkv_rope and sdpa_sinks in place of linear + split_qkv + rope and sdpa, and
 // experts in place of the router linear + route_top_k + moe_experts + moe_combine.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -22,7 +22,7 @@ namespace meshtest::dist {
 /// Throws meshtest::Error, the same on every device of the group (never a hang), when:
 /// opt.axis is not 0, 1 or kAllAxes (thrown locally, before any communication); opt.dim is
 /// out of range [-rank, rank) on any device; devices disagree on opt.dim; dtypes differ;
-/// shapes differ outside opt.dim; the output exceeds INT_MAX elements.
+/// shapes differ outside opt.dim; on the MPI path, the output exceeds INT_MAX elements.
 Tensor all_gather(const MeshDevice& mesh, const Tensor& x, const AllGatherOptions& opt = {});
 
 namespace all_gather_bw {

@@ -1,6 +1,6 @@
 // all_reduce: element-wise reduction over the devices of an axis.
 // Its path (shared memory when the group is on one node; across nodes MPI, or the node chain
-// of node_chain.hpp) is chosen per communicator as dist/ccl/ccl.hpp says.
+// of paths/node_chain/node_chain.hpp) is chosen per communicator as dist/ccl/ccl.hpp says.
 #pragma once
 
 #include "dist/ccl/options.hpp"
@@ -27,8 +27,8 @@ namespace meshtest::dist {
 /// (detail::NodeChain: same bits, 1/q of x across nodes per device). Throws
 /// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
 /// (locally); devices disagreeing on op, dtype, shape or MESHTEST_CCL_NODE_CHAIN; an
-/// unsupported op for the dtype ("reduce op X is not supported for dtype Y"); more than
-/// INT_MAX elements.
+/// unsupported op for the dtype ("reduce op X is not supported for dtype Y"); on the MPI
+/// path, more than INT_MAX elements.
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt = {});
 
 /// In-place all_reduce: x is overwritten with the result. Same contract.

@@ -1,13 +1,13 @@
-// all_to_all and all_to_all_v: blocks along split_dim, placed along concat_dim, through the
-// shared-memory group (equal blocks, one node) or MPI_Alltoall(v) of contiguous blocks.
+// all_to_all and all_to_all_v: blocks along split_dim, placed along concat_dim. The front ends
+// agree and plan the blocks; a path moves them (paths/choose.hpp).
 #include "dist/ccl/all_to_all.hpp"
 
 #include <algorithm>
 #include <numeric>
-#include <tuple>
 
 #include "dist/ccl/detail.hpp"
-#include "dist/ccl/shm.hpp"
+#include "dist/ccl/front_end.hpp"
+#include "dist/ccl/paths/choose.hpp"
 
 namespace meshtest::dist {
 
@@ -18,103 +18,60 @@ double bus_factor(int n) {
 }
 }  // namespace all_to_all_bw
 
+namespace detail {
 namespace {
 
-// Everything one exchange needs: shapes, MPI counts, layouts and pack workspaces.
-struct AllToAllPlan : perf::Plan {
-  Shape out_shape;
-  std::vector<int> sc, sd, rc, rd;          // send / receive counts and displacements (elements)
-  bool even = false;                        // every block the same size: MPI_Alltoall
-  detail::BlockLayout send, recv;           // blocks along split_dim of x, along concat_dim of out
-  std::vector<std::byte> send_ws, recv_ws;  // MPI path: blocks end to end, for a strided side
-  std::size_t block_bytes = 0;              // even: the bytes of every block
-};
-
 // m[i * p + j]: size along s of the block device i sends to device j (every device holds the
-// whole matrix, so the count checks below throw alike everywhere).
-std::shared_ptr<AllToAllPlan> make_plan(const detail::Call& call, const Tensor& x, int s, int c,
+// whole matrix, so every device plans alike).
+std::shared_ptr<AllToAllPlan> make_plan(const Call& call, const CclArg& x, int s, int c,
                                         const std::vector<std::int64_t>& m) {
   const auto p = static_cast<std::size_t>(call.size());
   const auto me = static_cast<std::size_t>(call.index());
-  const std::int64_t unit = x.shape().outer(s) * x.shape().inner(s);  // agreed outside s
+  const std::int64_t unit = x.shape.outer(s) * x.shape.inner(s);  // agreed outside s
+  auto pl = std::make_shared<AllToAllPlan>();
   std::vector<std::int64_t> send(p), recv(p);
   for (std::size_t j = 0; j < p; ++j) {
     std::int64_t total = 0;
     for (std::size_t i = 0; i < p; ++i) total += m[i * p + j] * unit;
-    call.count(call.group()[j].shape().numel(), "a device's send buffer");
-    call.count(total, "a device's receive buffer");
+    pl->sent.push_back(call.group()[j].shape().numel());
+    pl->received.push_back(total);
     send[j] = m[me * p + j];
     recv[j] = m[j * p + me];
   }
-  auto pl = std::make_shared<AllToAllPlan>();
   // The received pieces [.., recv[i] along s, ..] are concatenated along c.
-  pl->out_shape =
-      c == s ? x.shape().with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
-             : x.shape().with(s, recv[0]).with(c, call.size() * x.shape()[c]);
-  std::vector<std::int64_t> placed = c == s ? recv : std::vector(p, x.shape()[c]);
-  std::tie(pl->sc, pl->sd) = call.counts(detail::block_elems(x.shape(), s, send), "a send block");
-  std::tie(pl->rc, pl->rd) =
-      call.counts(detail::block_elems(x.shape(), s, recv), "a receive block");
+  pl->out_shape = c == s
+                      ? x.shape.with(s, std::accumulate(recv.begin(), recv.end(), std::int64_t{0}))
+                      : x.shape.with(s, recv[0]).with(c, call.size() * x.shape[c]);
+  std::vector<std::int64_t> placed = c == s ? recv : std::vector(p, x.shape[c]);
+  pl->send_elems = block_elems(x.shape, s, send);
+  pl->recv_elems = block_elems(x.shape, s, recv);
   pl->even = std::ranges::all_of(m, [&](std::int64_t v) { return v == m[0]; });
-  const std::size_t e = dtype_size(x.dtype());
-  pl->send = detail::BlockLayout(x.shape(), x.dtype(), s, std::move(send));
-  pl->recv = detail::BlockLayout(pl->out_shape, x.dtype(), c, std::move(placed));
-  if (pl->even) pl->block_bytes = static_cast<std::size_t>(pl->sc[0]) * e;
+  pl->send = BlockLayout(x.shape, x.dtype, s, std::move(send));
+  pl->recv = BlockLayout(pl->out_shape, x.dtype, c, std::move(placed));
+  if (pl->even) pl->block_bytes = static_cast<std::size_t>(pl->send_elems[0]) * dtype_size(x.dtype);
   return pl;
 }
 
-// Runs the planned exchange of x into a new tensor (and records it while tracing). Blocks
-// that are not contiguous (split or concat dim not leading) are packed end to end first and
-// unpacked after: MPI only ever sees contiguous buffers of its own basic types. (Open MPI
-// 4.1's modified Bruck alltoall, which its tuned component picks for large groups and small
-// blocks, corrupts data given a datatype whose extent is smaller than its span, such as one
-// block of a strided layout; test_ccl_mpi_algorithms forces each algorithm.)
-Tensor exchange(const detail::Call& call, const Tensor& x, std::shared_ptr<AllToAllPlan> plan) {
-  Tensor out(plan->out_shape, x.dtype(), Tensor::Uninitialized{});
-  // Equal blocks go through the shared-memory group when there is one, unless MPI's single-copy
-  // transport moves them faster (ShmGroup::window_all_to_all).
-  detail::ShmGroup* shm = plan->even ? call.shm() : nullptr;
-  if (shm != nullptr &&
-      !shm->window_all_to_all(plan->block_bytes, !plan->send.direct() || !plan->recv.direct())) {
-    shm = nullptr;
-  }
-  auto run = [pl = std::move(plan), in = x.bytes(), o = out.bytes(), in_bytes = x.nbytes(),
-              out_bytes = out.nbytes(), t = detail::mpi_type(x.dtype()), comm = call.comm(), shm] {
-    if (shm != nullptr) {  // packs and unpacks range by range on the way through the slots
-      shm->all_to_all(pl->send, in, pl->recv, o, pl->block_bytes);
-      return;
-    }
-    const std::byte* sb = in;
-    if (!pl->send.direct()) {
-      pl->send_ws.resize(in_bytes);  // the first call allocates; the plan keeps it
-      pl->send.pack(in, pl->send_ws.data());
-      sb = pl->send_ws.data();
-    }
-    if (!pl->recv.direct()) pl->recv_ws.resize(out_bytes);
-    std::byte* rb = pl->recv.direct() ? o : pl->recv_ws.data();
-    auto* send = const_cast<std::byte*>(sb);  // read only: MPI's send buffers are void*
-    if (pl->even) {
-      MESHTEST_MPI(MPI_Alltoall(send, pl->sc[0], t, rb, pl->rc[0], t, comm));
-    } else {
-      MESHTEST_MPI(MPI_Alltoallv(send, pl->sc.data(), pl->sd.data(), t, rb, pl->rc.data(),
-                                 pl->rd.data(), t, comm));
-    }
-    if (!pl->recv.direct()) pl->recv.unpack(rb, o);
-  };
-  run();
-  call.trace(out, run);
-  return out;
+// The planned exchange of x into the output.
+void run(Call& call, const CclArg& x, std::shared_ptr<AllToAllPlan> plan, int s, int c,
+         const MakeOutput& make_out) {
+  const CclArg out = make_out(plan->out_shape, x.dtype);
+  call.perf().attr("split_dim", s).attr("concat_dim", c);
+  call.output(out);
+  exchange(call, &Path::all_to_all,
+           {.in = x.data, .out = out.data, .t = x.dtype, .plan = std::move(plan)});
 }
 
 }  // namespace
 
-Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions& opt) {
-  detail::Call call("all_to_all", mesh, opt.axis, x,
-                    {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
+void all_to_all(const MeshDevice& mesh, const CclArg& x, const AllToAllOptions& opt,
+                const MakeOutput& make_out) {
+  Call call("all_to_all", mesh, opt.axis, x,
+            {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   // Pieces are concatenated along c: unless c == s they must also agree in size along s.
-  detail::Agreement a{.free_dim = s};
+  Agreement a{.free_dim = s};
   if (s != c) {
     a = {.free_dim = -1,
          .note = fmt::format(" (split_dim {} differs from concat_dim {}, so the pieces, "
@@ -122,24 +79,24 @@ Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions
                              s, c, c, s)};
   }
   call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, a);
-  Tensor out = exchange(call, x, call.plan<AllToAllPlan>([&] {
+  run(call, x, call.plan<AllToAllPlan>([&] {
     // Device i sends split_range(n_i, p, j) along s to device j.
     const int p = call.size();
     std::vector<std::int64_t> m;
-    for (const detail::Meta& g : call.group()) {
+    for (const Meta& g : call.group()) {
       for (int j = 0; j < p; ++j)
         m.push_back(split_range(g.dims[static_cast<std::size_t>(s)], p, j).size);
     }
     return make_plan(call, x, s, c, m);
-  }));
-  call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
-  return out;
+  }),
+      s, c, make_out);
 }
 
-Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
-                    std::span<const std::int64_t> send_counts, const AllToAllOptions& opt) {
-  detail::Call call("all_to_all_v", mesh, opt.axis, x,
-                    {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
+void all_to_all_v(const MeshDevice& mesh, const CclArg& x,
+                  std::span<const std::int64_t> send_counts, const AllToAllOptions& opt,
+                  const MakeOutput& make_out) {
+  Call call("all_to_all_v", mesh, opt.axis, x,
+            {{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}});
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   const auto p = static_cast<std::size_t>(call.size());
@@ -151,9 +108,9 @@ Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
     call.local_error("send_counts[{}] is {}; counts must be >= 0", neg - send_counts.begin(), *neg);
   } else if (const std::int64_t sum =
                  std::accumulate(send_counts.begin(), send_counts.end(), std::int64_t{0});
-             x.rank() > 0 && sum != x.shape()[s]) {
+             x.rank() > 0 && sum != x.shape[s]) {
     call.local_error("send_counts sum to {} but x {} has {} along split_dim {}", sum, describe(x),
-                     x.shape()[s], s);
+                     x.shape[s], s);
   }
   call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, {.free_dim = s});
 
@@ -173,8 +130,21 @@ Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
     }
   }
   // Counts vary per call: planned afresh, not cached.
-  Tensor out = exchange(call, x, make_plan(call, x, s, c, m));
-  call.perf().attr("split_dim", s).attr("concat_dim", c).output(out);
+  run(call, x, make_plan(call, x, s, c, m), s, c, make_out);
+}
+
+}  // namespace detail
+
+Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions& opt) {
+  Tensor out;
+  detail::all_to_all(mesh, host_arg(x), opt, host_output(out));
+  return out;
+}
+
+Tensor all_to_all_v(const MeshDevice& mesh, const Tensor& x,
+                    std::span<const std::int64_t> send_counts, const AllToAllOptions& opt) {
+  Tensor out;
+  detail::all_to_all_v(mesh, host_arg(x), send_counts, opt, host_output(out));
   return out;
 }
 

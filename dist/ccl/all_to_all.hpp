@@ -24,8 +24,8 @@ namespace meshtest::dist {
 /// blocks are packed and unpacked: no derived datatypes, whose handling by Open MPI's
 /// modified Bruck algorithm corrupted data at 16 devices). Throws meshtest::Error, the same on
 /// every device of the group (never a hang), for: a bad axis (locally), split_dim or
-/// concat_dim; devices disagreeing on the dims, the dtype or the shape; buffers beyond INT_MAX
-/// elements.
+/// concat_dim; devices disagreeing on the dims, the dtype or the shape; on the MPI path,
+/// buffers beyond INT_MAX elements.
 Tensor all_to_all(const MeshDevice& mesh, const Tensor& x, const AllToAllOptions& opt = {});
 
 /// As all_to_all, with explicit per-destination counts: the first

@@ -81,4 +81,12 @@ void BlockLayout::unpack(const std::byte* packed, std::byte* tensor) const {
   copy_blocks<false>(const_cast<std::byte*>(packed), tensor, view, sizes);
 }
 
+const std::byte* BlockLayout::packed(const std::byte* tensor, std::vector<std::byte>& workspace,
+                                     std::size_t bytes) const {
+  if (direct()) return tensor;
+  workspace.resize(bytes);
+  pack(tensor, workspace.data());
+  return workspace.data();
+}
+
 }  // namespace meshtest::dist::detail

@@ -35,6 +35,10 @@ struct BlockLayout {
   void pack(const std::byte* tensor, std::byte* packed) const;
   /// blocks end to end -> tensor (strided)
   void unpack(const std::byte* packed, std::byte* tensor) const;
+  /// The tensor's blocks end to end: `tensor` itself when direct(), else packed into
+  /// `workspace` (resized to the tensor's `bytes`: allocated by the first call).
+  const std::byte* packed(const std::byte* tensor, std::vector<std::byte>& workspace,
+                          std::size_t bytes) const;
   /// Bytes [off, off + len) of block j as it would be packed ([outer, sizes[j], inner]),
   /// copied from the tensor to `to`.
   void pack_range(const std::byte* tensor, std::size_t j, std::size_t off, std::size_t len,

@@ -12,7 +12,7 @@ namespace meshtest::dist {
 /// ignored on the other devices (their shape and dtype come from the root through the
 /// metadata MPI_Allgather), then MPI_Bcast. Throws meshtest::Error, the same on every device
 /// of the group (never a hang), for a bad axis (locally), opt.root out of [0, p), devices
-/// disagreeing on the root, or a root tensor beyond INT_MAX elements.
+/// disagreeing on the root, or a root tensor beyond INT_MAX elements (MPI's counts).
 Tensor broadcast(const MeshDevice& mesh, const Tensor& x, const BroadcastOptions& opt = {});
 
 namespace broadcast_bw {

@@ -3,8 +3,8 @@
 
 #include "dist/ccl/group_calls.hpp"
 
+#include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/ccl/private_comm.hpp"
-#include "dist/ccl/shm.hpp"
 
 #include <fmt/format.h>
 
@@ -99,7 +99,7 @@ std::array<LogField, 4> log_fields(std::initializer_list<LogField> detail, int a
   return out;
 }
 
-Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
+Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const CclArg& x,
            std::initializer_list<LogField> detail)
     : op_(op),
       mesh_(mesh),
@@ -110,9 +110,32 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& 
       index_(mesh.axis_index(axis)),
       perf_(op, perf::OpType::ccl),
       log_(log_fields(detail, axis)),
-      scope_(op, x.shape(), x.dtype(),
+      scope_(op, x.shape, x.dtype,
              std::span(log_.data(), std::min<std::size_t>(detail.size(), 3) + 1)) {
-  perf_.input(x).attr("axis", axis_name(axis));
+  if (perf_.active()) perf_.input(perf::TensorInfo{.shape = x.shape, .dtype = x.dtype});
+  perf_.attr("axis", axis_name(axis));
+}
+
+void Call::output(const CclArg& out) {
+  out_ = out;
+  if (perf_.active()) perf_.output(perf::TensorInfo{.shape = out.shape, .dtype = out.dtype});
+}
+
+void Call::check_traceable() const {
+  if (x_.tensor == nullptr || out_.tensor == nullptr) {
+    fail("a perf::Trace captures host tensors only, and this call's operand is in {} memory",
+         kind_name(x_.where));
+  }
+}
+
+Meta Call::meta() const {
+  Meta m;
+  m.rank = x_.rank();
+  for (int i = 0; i < x_.rank(); ++i) m.dims[static_cast<std::size_t>(i)] = x_.shape[i];
+  m.dtype = static_cast<std::int32_t>(x_.dtype);
+  m.memory = static_cast<std::int32_t>(x_.where.kind);
+  m.ordinal = x_.where.ordinal;
+  return m;
 }
 
 int Call::dim(std::string_view name, int d) {
@@ -140,15 +163,17 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
   // the full path, which learns every size).
   perf::Signature sig(op_);
   sig.add("axis", axis_).add("p", size_);
+  // The kind of memory (not the ordinal: each device has its own GPU); host memory adds nothing.
+  if (!x_.where.is_host()) sig.add("memory", static_cast<std::int64_t>(x_.where.kind));
   for (const AgreedOption& o : options) sig.add(o.name, o.value);
   std::uint64_t recorded = 0;  // the flight recorder's: without the free dim's size
   if (a.tensors) {
-    Shape s = x_.shape();
+    Shape s = x_.shape;
     if (a.free_dim >= 0 && a.free_dim < s.rank()) {
       s[a.free_dim] = 0;
-      recorded = perf::Signature(sig).add("x", s, x_.dtype()).hash();
+      recorded = perf::Signature(sig).add("x", s, x_.dtype).hash();
     }
-    sig.add("x", x_.shape(), x_.dtype());
+    sig.add("x", x_.shape, x_.dtype);
   }
   if (recorded == 0) recorded = sig.hash();
   GroupCalls& calls = group_calls(comm_);
@@ -159,25 +184,25 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
     // The call's count on this communicator goes into the hash: a device that skipped or
     // added a collective disagrees here even when the calls look alike.
     const std::uint64_t h = sig.hash() ^ (seq_ * 0x9E3779B97F4A7C15ULL);
-    if (ShmGroup* g = ShmGroup::find(comm_)) {
-      same = g->agree(h, error_.has_value());  // one shared-memory step
+    shm_ = ShmGroup::find(comm_);
+    if (shm_ != nullptr) {
+      same = shm_->agree(h, error_.has_value());  // one shared-memory step
     } else {
       std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
                                     error_ ? 1 : 0};
       MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
       // max(h) == ~max(~h) == min(h): every hash is equal.
       same = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
-      // The group agrees, so every device is here: make the shared-memory path (once).
-      if (same && a.tensors) ShmGroup::establish(comm_);
+      // The group agrees, so every device is here: make the shared-memory group (once).
+      if (same && a.tensors) {
+        ShmGroup::establish(comm_);
+        shm_ = ShmGroup::find(comm_);
+      }
     }
   }
   uniform_ = same && a.tensors;
   if (uniform_) {
-    Meta m;
-    m.rank = x_.rank();
-    for (int i = 0; i < x_.rank(); ++i) m.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
-    m.dtype = static_cast<std::int32_t>(x_.dtype());
-    group_.assign(static_cast<std::size_t>(size_), m);
+    group_.assign(static_cast<std::size_t>(size_), meta());
     for (int i = 0; i < size_; ++i) group_[static_cast<std::size_t>(i)].device = device_of(i);
     plan_key_ = std::move(sig.add("index", index_));
     return;
@@ -187,8 +212,6 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
   plan_key_ = std::move(sig.add("index", index_));
 }
 
-ShmGroup* Call::shm() const { return size_ > 1 ? ShmGroup::find(comm_) : nullptr; }
-
 int Call::device_of(int index) const {
   const auto [r, c] = mesh_.coord();
   if (axis_ == 0) return mesh_.device_at(index, c);
@@ -197,10 +220,7 @@ int Call::device_of(int index) const {
 }
 
 void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreement& a) {
-  Meta mine;
-  mine.rank = x_.rank();
-  for (int i = 0; i < x_.rank(); ++i) mine.dims[static_cast<std::size_t>(i)] = x_.shape()[i];
-  mine.dtype = static_cast<std::int32_t>(x_.dtype());
+  Meta mine = meta();
   mine.device = mesh_.device_id();
   mine.error = error_ ? 1 : 0;
   op_.copy(mine.op.data(), std::min(op_.size(), mine.op.size() - 1));
@@ -240,8 +260,18 @@ void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreeme
       ++k;
     }
   }
+  // 3. The kind of memory (broadcast's too: every device's output lives in its operand's).
+  for (int i = 1; i < size_; ++i) {
+    const Meta& m = group_[static_cast<std::size_t>(i)];
+    if (m.memory != m0.memory) {
+      fail(
+          "devices disagree on memory: {} passes a tensor in {} memory but {} passes one in {} "
+          "memory; every device of the group must pass its tensors in the same kind of memory",
+          who(0), to_string(m0.where()), who(i), to_string(m.where()));
+    }
+  }
   if (!a.tensors) return;
-  // 3. Dtype, then shape outside the free dim.
+  // 4. Dtype, then shape outside the free dim.
   for (int i = 1; i < size_; ++i) {
     const Meta& m = group_[static_cast<std::size_t>(i)];
     if (m.dtype != m0.dtype) {

@@ -1,6 +1,6 @@
-// The common work of every collective, done once: option checks, the log scope, metadata
-// agreement across the axis group, the MPI datatype and op maps (block packing:
-// block_layout.hpp).
+// The common work of every collective, done once whatever path moves the data: option checks,
+// the log scope, the profiler scope, metadata agreement across the axis group; and the MPI
+// datatype and op maps (block packing: block_layout.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dist/ccl/block_layout.hpp"
+#include "dist/ccl/ccl_arg.hpp"
 #include "dist/ccl/ccl_log.hpp"
 #include "dist/ccl/options.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -57,42 +58,58 @@ struct Meta {
   std::int32_t rank = 0;
   std::int32_t device = 0;    ///< device id in the mesh
   std::int32_t error = 0;     ///< 1: the device found its own input invalid
+  std::int32_t memory = 0;    ///< Memory::Kind of the device's operand
+  std::int32_t ordinal = -1;  ///< its CUDA ordinal (cuda memory)
   std::array<char, 24> op{};  ///< the collective's name (truncated)
   std::uint64_t seq = 0;      ///< the call's count on the group's communicator
 
   Shape shape() const { return Shape(std::span(dims.data(), static_cast<std::size_t>(rank))); }
   DType dtype_value() const { return static_cast<DType>(dtype); }
+  Memory where() const { return {.kind = static_cast<Memory::Kind>(memory), .ordinal = ordinal}; }
 };
 
-/// One collective call on one device. Construction checks the axis (locally: a bad axis
-/// cannot reach its group) and opens the CclLogScope. Local checks (dim(), local_error())
-/// are only recorded; agree() then makes sure the whole group agrees, so every device throws
-/// the same meshtest::Error (naming the offending device) instead of some devices hanging in
-/// the data exchange. Every collective starts with the same exchange, whatever its kind: one
+/// One collective call on one device: the front end's common work, for an operand in any
+/// memory (CclArg). Construction checks the axis (locally: a bad axis cannot reach its group)
+/// and opens the CclLogScope and the profiler scope. Local checks (dim(), local_error()) are
+/// only recorded; agree() then makes sure the whole group agrees, so every device throws the
+/// same meshtest::Error (naming the offending device) instead of some devices hanging in the
+/// data exchange. Every collective starts with the same exchange, whatever its kind: one
 /// MPI_Allreduce (max) of the call signature's hash, its complement and the local error flag
-/// tells every device whether all signatures (op, axis, options, dtype, shape, and the call's
-/// count on the group's communicator) are equal and no device found an error; only when they
-/// are not does it gather every device's Meta (MPI_Allgather) and validate the group in full,
-/// which gives the detailed error (or, e.g. for uneven all_gather pieces, the per-device
-/// sizes). So a desync (a device calling another collective, or skipping one) is an error in
-/// the collective where it happens, never a hang: "desync: device 2 called all_gather as
-/// collective #5 of this group, but devices 0, 1, 3 called all_reduce #5", and each device of
-/// the group dumps its flight recorder (ccl_log.hpp). Once the group's communicator has its
-/// shared-memory group (made after the first agreement; shm.hpp), the hash exchange is one
-/// shared-memory step instead of the MPI_Allreduce.
+/// tells every device whether all signatures (op, axis, options, dtype, shape, the kind of
+/// memory when it is not host, and the call's count on the group's communicator) are equal and
+/// no device found an error; only when they are not does it gather every device's Meta
+/// (MPI_Allgather) and validate the group in full, which gives the detailed error (or, e.g. for
+/// uneven all_gather pieces, the per-device sizes). So a desync (a device calling another
+/// collective, or skipping one, or passing host memory where the others pass GPU memory) is an
+/// error in the collective where it happens, never a hang: "desync: device 2 called all_gather
+/// as collective #5 of this group, but devices 0, 1, 3 called all_reduce #5", and each device
+/// of the group dumps its flight recorder (ccl_log.hpp). Once the group's communicator has its
+/// shared-memory group (made after the first agreement; paths/shm/shm.hpp), the hash exchange
+/// is one shared-memory step instead of the MPI_Allreduce. The data then moves through the
+/// first path that takes it (paths/choose.hpp), by run().
 class Call {
  public:
   /// `op` and the fields' keys and texts must be string literals (see LogField).
-  Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
+  Call(std::string_view op, const MeshDevice& mesh, int axis, const CclArg& x,
        std::initializer_list<LogField> detail);
+  /// The call on a host tensor (host_arg(x)).
+  Call(std::string_view op, const MeshDevice& mesh, int axis, const Tensor& x,
+       std::initializer_list<LogField> detail)
+      : Call(op, mesh, axis, host_arg(x), detail) {}
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
+  std::string_view op() const { return op_; }
+  const MeshDevice& mesh() const { return mesh_; }
+  int axis() const { return axis_; }
   MPI_Comm comm() const { return comm_; }
-  /// The shared-memory group of the axis communicator (shm.hpp), or nullptr: no group (one
-  /// device, devices on several nodes, or turned off). CCLs use it when their agreed plan
-  /// exchanges contiguous, equal pieces.
-  ShmGroup* shm() const;
+  /// Where this device's operand lives (agreed across the group, by kind, after agree()).
+  Memory memory() const { return x_.where; }
+  /// The shared-memory group of the axis communicator (paths/shm/shm.hpp), or nullptr: no
+  /// group (one device, devices on several nodes, or turned off). Valid after agree().
+  ShmGroup* shm() const { return shm_; }
+  /// This device's operand.
+  const CclArg& input() const { return x_; }
   int size() const { return size_; }    ///< devices in the axis group (p)
   int index() const { return index_; }  ///< this device's index in the group
 
@@ -122,11 +139,19 @@ class Call {
   std::shared_ptr<P> plan(Build&& build) {
     return perf::program_cache().get<P>(plan_key_, std::forward<Build>(build));
   }
-  /// While a perf::Trace is being captured: records `run` (which redoes this call's data
-  /// exchange from x's buffer into out's) as a step. Otherwise nothing.
-  template <class Run>
-  void trace(const Tensor& out, const Run& run) const {
-    if (perf::Trace* t = perf::Trace::active()) t->add_step(op_, x_, out, run);
+  /// The call's output (the input itself for an in-place call), for the profiler record and
+  /// the trace; the front end gives it before a path runs.
+  void output(const CclArg& out);
+  /// A path's data exchange (collective over the group; reads the input, writes the output):
+  /// runs `exchange` and, while a perf::Trace is being captured, records it as a step that
+  /// redoes this call from the input's buffer into the output's (host memory only: a trace
+  /// captures host tensors; otherwise an Error before anything moves).
+  template <class Exchange>
+  void run(const Exchange& exchange) const {
+    perf::Trace* t = perf::Trace::active();
+    if (t != nullptr) check_traceable();
+    exchange();
+    if (t != nullptr) t->add_step(op_, *x_.tensor, *out_.tensor, exchange);
   }
 
   /// Throws meshtest::Error "[rank r] <op> on axis <a> of mesh <RxC>: <message>".
@@ -146,20 +171,23 @@ class Call {
   /// "device 3 (axis index 1)"
   std::string who(int index) const;
   /// This call's profiler record (op type ccl, input x, attribute axis): each CCL adds its
-  /// own attributes and its output.
+  /// own attributes; output() adds its output.
   perf::OpScope& perf() { return perf_; }
 
  private:
   void record(std::string message);
+  Meta meta() const;  // this device's, without the device id, error flag, op and count
   void full_agree(std::initializer_list<AgreedOption> options, const Agreement& a);
   void check_same_collective() const;
+  void check_traceable() const;
   int device_of(int index) const;
   [[noreturn]] void fail_message(const std::string& message) const;
 
   std::string_view op_;
   const MeshDevice& mesh_;
   int axis_;
-  const Tensor& x_;
+  CclArg x_;
+  CclArg out_;
   MPI_Comm comm_;
   int size_ = 1;
   int index_ = 0;
@@ -169,6 +197,7 @@ class Call {
   std::optional<std::string> error_;
   std::vector<Meta> group_;
   bool uniform_ = false;
+  ShmGroup* shm_ = nullptr;
   std::uint64_t seq_ = 0;  // this call's count on comm_
   perf::Signature plan_key_{""};
 };

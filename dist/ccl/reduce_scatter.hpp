@@ -28,7 +28,7 @@ namespace meshtest::dist {
 /// Workspaces are planned once per signature. Throws meshtest::Error, the same on every device
 /// of the group (never a hang), for: a bad axis (locally) or dim; devices disagreeing on dim
 /// or op, on the dtype or on the shape; avg on an integer dtype or any op on u8 ("reduce op X
-/// is not supported for dtype Y"); an input beyond INT_MAX elements.
+/// is not supported for dtype Y"); on the MPI path, an input beyond INT_MAX elements.
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x,
                       const ReduceScatterOptions& opt = {});
 

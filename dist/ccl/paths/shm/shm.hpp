@@ -12,8 +12,8 @@
 
 #include "dist/ccl/block_layout.hpp"
 #include "dist/ccl/options.hpp"
+#include "dist/ccl/paths/shm/shm_window.hpp"
 #include "dist/ccl/reduce.hpp"
-#include "dist/ccl/shm_window.hpp"
 #include "src/core/dtype.hpp"
 #include "src/core/shape.hpp"
 

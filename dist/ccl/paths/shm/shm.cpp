@@ -1,5 +1,5 @@
 // shm: collectives through an MPI-3 shared window, streamed in chunks through a slot ring.
-#include "dist/ccl/shm.hpp"
+#include "dist/ccl/paths/shm/shm.hpp"
 
 #include <algorithm>
 #include <cstring>

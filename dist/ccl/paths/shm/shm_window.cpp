@@ -1,6 +1,6 @@
 // shm_window: the shared window of a node communicator — which communicators get one, the
 // segments and the step size the devices agree on — and the agreement step.
-#include "dist/ccl/shm_window.hpp"
+#include "dist/ccl/paths/shm/shm_window.hpp"
 
 #include <algorithm>
 #include <array>

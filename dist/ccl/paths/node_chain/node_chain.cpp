@@ -1,6 +1,6 @@
 // node_chain: all_reduce as a chain of nodes in axis order (shared memory within a node, MPI
 // between nodes), with the bits of the one-node paths.
-#include "dist/ccl/node_chain.hpp"
+#include "dist/ccl/paths/node_chain/node_chain.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,9 +9,9 @@
 #include <optional>
 #include <string_view>
 
+#include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/reduce.hpp"
-#include "dist/ccl/shm.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/core/shape.hpp"
 

@@ -1,0 +1,198 @@
+// The CCLs' path seam: an operand in device memory goes to the installed device path and only
+// there, host tensors never do; no device path, a path declining, memory that differs across the
+// group and a trace of device memory are each an Error on every device. The "device" memory here
+// is host memory labelled cuda:0, moved by a stand-in path that delegates to the MPI path.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "dist/ccl/ccl.hpp"
+#include "dist/ccl/front_end.hpp"
+#include "dist/ccl/paths/choose.hpp"
+#include "dist/ccl/paths/mpi/mpi_path.hpp"
+#include "mpi_tests/support/ccl_expect_error.hpp"
+#include "src/core/tensor.hpp"
+#include "src/perf/trace.hpp"
+
+namespace meshtest::dist {
+namespace {
+
+using ccl_test::expect_error;
+using detail::Call;
+using detail::Path;
+using detail::PathKind;
+
+/// t's bytes labelled as memory of cuda:0 (never dereferenced as such: the stand-in path moves
+/// them on the host).
+CclArg on_gpu(const Tensor& t) {
+  CclArg a = host_arg(t);
+  a.where = Memory::cuda(0);
+  a.tensor = nullptr;
+  return a;
+}
+
+MakeOutput gpu_output(Tensor& out) {
+  return [&out](const Shape& shape, DType dtype) {
+    out = Tensor(shape, dtype, Tensor::Uninitialized{});
+    return on_gpu(out);
+  };
+}
+
+/// A device path standing in for a GPU one: records each exchange it takes and moves the data as
+/// the MPI path does.
+class RecordingPath final : public Path {
+ public:
+  PathKind kind() const override { return PathKind::device; }
+  bool all_gather(Call& call, const detail::AllGatherExchange& x) override {
+    taken.emplace_back("all_gather");
+    return detail::mpi_path().all_gather(call, x);
+  }
+  bool reduce_scatter(Call& call, const detail::ReduceScatterExchange& x) override {
+    taken.emplace_back("reduce_scatter");
+    return detail::mpi_path().reduce_scatter(call, x);
+  }
+  bool all_reduce(Call& call, const detail::AllReduceExchange& x) override {
+    taken.emplace_back("all_reduce");
+    return detail::mpi_path().all_reduce(call, x);
+  }
+  bool all_to_all(Call& call, const detail::AllToAllExchange& x) override {
+    taken.emplace_back("all_to_all");
+    return detail::mpi_path().all_to_all(call, x);
+  }
+  bool broadcast(Call& call, const detail::BroadcastExchange& x) override {
+    taken.emplace_back("broadcast");
+    return detail::mpi_path().broadcast(call, x);
+  }
+  std::vector<std::string> taken;
+};
+
+/// A device path that declines every exchange.
+class DecliningPath final : public Path {
+ public:
+  PathKind kind() const override { return PathKind::device; }
+};
+
+/// Installs `path` as the device path for a scope (nullptr: none).
+class DevicePath {
+ public:
+  explicit DevicePath(Path* path) : previous_(detail::set_device_path(path)) {}
+  ~DevicePath() { detail::set_device_path(previous_); }
+  DevicePath(const DevicePath&) = delete;
+  DevicePath& operator=(const DevicePath&) = delete;
+
+ private:
+  Path* previous_;
+};
+
+/// [3, 2p + 1] f32, element k = 1000 * (device + 1) + k (exact), uneven along dim 1 for p > 1.
+Tensor input(const MeshDevice& mesh) {
+  const std::int64_t cols = 2 * mesh.size() + 1;
+  std::vector<float> v(static_cast<std::size_t>(3 * cols));
+  std::iota(v.begin(), v.end(), static_cast<float>(1000 * (mesh.device_id() + 1)));
+  return Tensor::from_vector(Shape{3, cols}, v);
+}
+
+TEST(CclPaths, DeviceMemoryTakesTheDevicePathWithTheHostResults) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = input(mesh);
+  RecordingPath device;
+  const DevicePath installed(&device);
+  const std::vector<std::int64_t> counts = split_sizes(x.shape()[1], mesh.size());
+  Tensor out;
+
+  detail::all_gather(mesh, on_gpu(x), {.dim = 1}, gpu_output(out));
+  EXPECT_TRUE(out.bitwise_equal(all_gather(mesh, x, {.dim = 1}))) << "all_gather";
+  detail::reduce_scatter(mesh, on_gpu(x), {.dim = 1, .op = ReduceOp::max}, gpu_output(out));
+  EXPECT_TRUE(out.bitwise_equal(reduce_scatter(mesh, x, {.dim = 1, .op = ReduceOp::max})))
+      << "reduce_scatter";
+  out = Tensor(x.shape(), x.dtype());
+  detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {.op = ReduceOp::avg}, false);
+  EXPECT_TRUE(out.bitwise_equal(all_reduce(mesh, x, {.op = ReduceOp::avg}))) << "all_reduce";
+  Tensor in_place = x;
+  detail::all_reduce(mesh, on_gpu(in_place), on_gpu(in_place), {}, true);
+  EXPECT_TRUE(in_place.bitwise_equal(all_reduce(mesh, x))) << "all_reduce_inplace";
+  detail::all_to_all(mesh, on_gpu(x), {.split_dim = 1, .concat_dim = 0}, gpu_output(out));
+  EXPECT_TRUE(out.bitwise_equal(all_to_all(mesh, x, {.split_dim = 1, .concat_dim = 0})))
+      << "all_to_all";
+  detail::all_to_all_v(mesh, on_gpu(x), counts, {.split_dim = 1, .concat_dim = 1}, gpu_output(out));
+  EXPECT_TRUE(out.bitwise_equal(all_to_all_v(mesh, x, counts, {.split_dim = 1, .concat_dim = 1})))
+      << "all_to_all_v";
+  const int root = mesh.size() - 1;
+  detail::broadcast(mesh, on_gpu(x), {.root = root}, gpu_output(out));
+  EXPECT_TRUE(out.bitwise_equal(broadcast(mesh, x, {.root = root}))) << "broadcast";
+
+  // The host calls above took the host paths: the device path saw only the device operands.
+  EXPECT_EQ(device.taken,
+            (std::vector<std::string>{"all_gather", "reduce_scatter", "all_reduce", "all_reduce",
+                                      "all_to_all", "all_to_all", "broadcast"}));
+}
+
+TEST(CclPaths, DeviceMemoryWithoutADevicePathIsAnError) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = input(mesh);
+  const DevicePath none(nullptr);
+  Tensor out;
+  expect_error(mesh, kAllAxes, "all_gather",
+               [&] { detail::all_gather(mesh, on_gpu(x), {.dim = 1}, gpu_output(out)); },
+               {"all_gather on axis all",
+                "a tensor in cuda memory needs the GPU path, and none is installed"});
+  expect_error(mesh, kAllAxes, "broadcast",
+               [&] { detail::broadcast(mesh, on_gpu(x), {}, gpu_output(out)); },
+               {"broadcast on axis all", "a tensor in cuda memory needs the GPU path"});
+}
+
+TEST(CclPaths, EveryPathDecliningIsAnError) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = input(mesh);
+  DecliningPath declining;
+  const DevicePath installed(&declining);
+  Tensor out = x;
+  expect_error(
+      mesh, kAllAxes, "all_reduce",
+      [&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {}, false); },
+      {"all_reduce on axis all", "no path moves this call's data (operand in cuda memory)"});
+}
+
+TEST(CclPaths, MemoryDifferingAcrossTheGroupIsAnErrorNamingTheDevice) {
+  const MeshDevice mesh = MeshDevice::line();
+  if (mesh.size() < 2) GTEST_SKIP() << "one device cannot disagree with itself";
+  const Tensor x = input(mesh);
+  RecordingPath device;  // device 0 would take it, were the group agreed
+  const DevicePath installed(&device);
+  const bool gpu = mesh.device_id() == 0;
+  const CclArg arg = gpu ? on_gpu(x) : host_arg(x);
+  Tensor out;
+  const MakeOutput make = gpu ? gpu_output(out) : host_output(out);
+  const std::string want =
+      "devices disagree on memory: device 0 (axis index 0) passes a tensor in cuda:0 memory but "
+      "device 1 (axis index 1) passes one in host memory";
+  expect_error(mesh, kAllAxes, "all_gather",
+               [&] { detail::all_gather(mesh, arg, {.dim = 1}, make); }, {want});
+  out = x;
+  const CclArg out_arg = gpu ? on_gpu(out) : host_arg(out);
+  expect_error(mesh, kAllAxes, "all_reduce",
+               [&] { detail::all_reduce(mesh, arg, out_arg, {}, false); }, {want});
+  // broadcast agrees on no shape or dtype, but on the memory all the same.
+  expect_error(mesh, kAllAxes, "broadcast", [&] { detail::broadcast(mesh, arg, {}, make); },
+               {want});
+  EXPECT_TRUE(device.taken.empty());
+}
+
+TEST(CclPaths, TracingDeviceMemoryIsAnError) {
+  const MeshDevice mesh = MeshDevice::line();
+  RecordingPath device;
+  const DevicePath installed(&device);
+  perf::Trace trace;
+  Tensor& x = trace.input(input(mesh));
+  Tensor out(x.shape(), x.dtype());  // zeros; the sum of the inputs is not
+  expect_error(
+      mesh, kAllAxes, "all_reduce in a capture",
+      [&] { trace.capture([&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {}, false); }); },
+      {"a perf::Trace captures host tensors only, and this call's operand is in cuda memory"});
+  EXPECT_TRUE(out.bitwise_equal(Tensor(x.shape(), x.dtype()))) << "the data moved before the error";
+}
+
+}  // namespace
+}  // namespace meshtest::dist
