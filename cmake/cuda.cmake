@@ -43,7 +43,7 @@ if(NOT meshtest_cuda_mode STREQUAL "OFF")
   find_package(NCCL QUIET)
   if(NOT NCCL_FOUND)
     list(APPEND meshtest_cuda_missing
-         "NCCL (nccl.h and libnccl: set NCCL_ROOT; looked in the usual places and the toolkit's)")
+         "NCCL (nccl.h and libnccl, looked for in NCCL_ROOT, the usual places and the toolkit's)")
   endif()
   if(meshtest_cuda_missing)
     list(JOIN meshtest_cuda_missing "; " meshtest_cuda_missing)

@@ -51,6 +51,8 @@ TEST(Tensor, BadInputThrows) {
   EXPECT_THROW(concat({t, Tensor(Shape{2, 3}, DType::f64)}, 0), Error);
   EXPECT_THROW(concat({t, Tensor(Shape{3, 3}, DType::f32)}, 1), Error);
   EXPECT_THROW(concat({}, 0), Error);
+  EXPECT_THROW(split(t, -1, 0), Error);
+  EXPECT_TRUE(split(t, 0, 0).empty());
   EXPECT_THROW((Shape{1, 2, 3, 4, 5, 6, 7}), Error);
   EXPECT_THROW(dtype_from_name("f16"), Error);
 }

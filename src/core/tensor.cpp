@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "src/core/slice_layout.hpp"
+#include "src/core/slice_bytes.hpp"
 
 namespace meshtest {
 
@@ -42,7 +42,7 @@ Eigen::Index Tensor::rows2d() const {
 Eigen::Index Tensor::cols2d() const { return shape_.rank() == 0 ? 1 : shape_[shape_.rank() - 1]; }
 
 Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t size) const {
-  const SliceLayout l =
+  const SliceBytes l =
       checked_slice(shape_, dtype_, dim, start, size, [&] { return describe(*this); });
   Tensor out(shape_.with(l.dim, size), dtype_);
   if (l.run == 0) return out;
@@ -53,7 +53,7 @@ Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t size) const {
 }
 
 void Tensor::assign_slice(int dim, std::int64_t start, const Tensor& src) {
-  const SliceLayout l = checked_assign(shape_, dtype_, src.shape_, src.dtype_, dim, start);
+  const SliceBytes l = checked_assign(shape_, dtype_, src.shape_, src.dtype_, dim, start);
   if (l.run == 0) return;
   for (std::int64_t o = 0; o < l.rows; ++o) {
     std::memcpy(bytes() + o * l.stride + l.offset, src.bytes() + o * l.run, l.run);
@@ -95,21 +95,11 @@ void Tensor::fill(double v) {
 Tensor concat(const std::vector<Tensor>& parts, int dim) {
   const auto [d, total] = checked_concat(parts, dim);
   Tensor out(parts.front().shape().with(d, total), parts.front().dtype());
-  std::int64_t at = 0;
-  for (const Tensor& p : parts) {
-    out.assign_slice(d, at, p);
-    at += p.shape()[d];
-  }
+  write_parts(out, parts, d);
   return out;
 }
 
-std::vector<Tensor> split(const Tensor& t, int p, int dim) {
-  const int d = t.shape().normalize_dim(dim);
-  std::vector<Tensor> out;
-  out.reserve(static_cast<std::size_t>(p));
-  for (int i = 0; i < p; ++i) out.push_back(t.slice(d, split_range(t.shape()[d], p, i)));
-  return out;
-}
+std::vector<Tensor> split(const Tensor& t, int p, int dim) { return split_parts(t, p, dim); }
 
 std::string describe(const Tensor& t) { return fmt::format("{}{}", t.dtype(), t.shape()); }
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <utility>
 
-#include "src/core/slice_layout.hpp"
+#include "src/core/slice_bytes.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::gpu {
@@ -157,7 +157,7 @@ void DeviceTensor::check_type(DType want) const {
 }
 
 DeviceTensor DeviceTensor::slice(int dim, std::int64_t start, std::int64_t size) const {
-  const SliceLayout l =
+  const SliceBytes l =
       checked_slice(shape_, dtype_, dim, start, size, [&] { return describe(*this); });
   const OnDevice on_device(device_);
   DeviceTensor out(shape_.with(l.dim, size), dtype_, Tensor::Uninitialized{});
@@ -167,7 +167,7 @@ DeviceTensor DeviceTensor::slice(int dim, std::int64_t start, std::int64_t size)
 }
 
 void DeviceTensor::assign_slice(int dim, std::int64_t start, const DeviceTensor& src) {
-  const SliceLayout l = checked_assign(shape_, dtype_, src.shape_, src.dtype_, dim, start);
+  const SliceBytes l = checked_assign(shape_, dtype_, src.shape_, src.dtype_, dim, start);
   MESHTEST_CHECK(src.device_ < 0 || device_ < 0 || src.device_ == device_,
                  "assign_slice: tensors on two devices ({} into {})", describe(src),
                  describe(*this));
@@ -200,21 +200,12 @@ DeviceTensor concat(const std::vector<DeviceTensor>& parts, int dim) {
   const OnDevice on_device(device);
   DeviceTensor out(parts.front().shape().with(d, total), parts.front().dtype(),
                    Tensor::Uninitialized{});
-  std::int64_t at = 0;
-  for (const DeviceTensor& p : parts) {
-    out.assign_slice(d, at, p);
-    at += p.shape()[d];
-  }
+  write_parts(out, parts, d);
   return out;
 }
 
 std::vector<DeviceTensor> split(const DeviceTensor& t, int p, int dim) {
-  const int d = t.shape().normalize_dim(dim);
-  MESHTEST_CHECK(p >= 1, "split: {} parts asked of {}", p, describe(t));
-  std::vector<DeviceTensor> out;
-  out.reserve(static_cast<std::size_t>(p));
-  for (int i = 0; i < p; ++i) out.push_back(t.slice(d, split_range(t.shape()[d], p, i)));
-  return out;
+  return split_parts(t, p, dim);
 }
 
 std::string describe(const DeviceTensor& t) {

@@ -1,10 +1,10 @@
-// slice_layout: the byte layout of a range along one dim, and assign_slice's checks.
-#include "src/core/slice_layout.hpp"
+// slice_bytes: the byte layout of a range along one dim, and assign_slice's checks.
+#include "src/core/slice_bytes.hpp"
 
 namespace meshtest {
 
-SliceLayout slice_layout(const Shape& shape, DType t, int dim, std::int64_t start,
-                         std::int64_t size) {
+SliceBytes slice_bytes(const Shape& shape, DType t, int dim, std::int64_t start,
+                       std::int64_t size) {
   const std::size_t inner = static_cast<std::size_t>(shape.inner(dim)) * dtype_size(t);
   return {.dim = dim,
           .rows = shape.outer(dim),
@@ -13,8 +13,8 @@ SliceLayout slice_layout(const Shape& shape, DType t, int dim, std::int64_t star
           .stride = static_cast<std::size_t>(shape[dim]) * inner};
 }
 
-SliceLayout checked_assign(const Shape& dst, DType dst_t, const Shape& src, DType src_t, int dim,
-                           std::int64_t start) {
+SliceBytes checked_assign(const Shape& dst, DType dst_t, const Shape& src, DType src_t, int dim,
+                          std::int64_t start) {
   const int d = dst.normalize_dim(dim);
   MESHTEST_CHECK(src_t == dst_t, "assign_slice: dtype {} into a tensor of dtype {}", src_t, dst_t);
   MESHTEST_CHECK(src.rank() == dst.rank() && src.with(d, dst[d]) == dst,
@@ -23,7 +23,7 @@ SliceLayout checked_assign(const Shape& dst, DType dst_t, const Shape& src, DTyp
   MESHTEST_CHECK(start >= 0 && start + size <= dst[d],
                  "assign_slice: [{}, {}) out of range along dim {} of size {}", start, start + size,
                  d, dst[d]);
-  return slice_layout(dst, dst_t, d, start, size);
+  return slice_bytes(dst, dst_t, d, start, size);
 }
 
 }  // namespace meshtest
