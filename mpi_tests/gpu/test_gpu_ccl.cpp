@@ -40,6 +40,10 @@ class GpuCcl : public gpu::GpuRankTest {
     GpuRankTest::SetUp();
     testing::set_test_timeout(std::chrono::seconds(300));
   }
+
+ private:
+  // The tests choose the numerics themselves, whatever the job's environment says.
+  const ScopedEnv numerics_{"MESHTEST_GPU_REDUCE", std::nullopt};
 };
 
 constexpr DType kFloats[] = {DType::f32, DType::bf16, DType::f64};
