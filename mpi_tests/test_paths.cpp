@@ -1,7 +1,9 @@
 // The CCLs' path seam: an operand in device memory goes to the installed device path and only
 // there, host tensors never do; no device path, a path declining, memory that differs across the
-// group and a trace of device memory are each an Error on every device. The "device" memory here
-// is host memory labelled cuda:0, moved by a stand-in path that delegates to the MPI path.
+// group, an operand's own error and a trace of device memory are each an Error on every device;
+// a reduction's numerics (the option, MESHTEST_GPU_REDUCE) reach the path as agreed. The "device"
+// memory here is host memory labelled cuda:0, moved by a stand-in path that delegates to the MPI
+// path.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -13,6 +15,7 @@
 #include "dist/ccl/paths/choose.hpp"
 #include "dist/ccl/paths/mpi/mpi_path.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
+#include "mpi_tests/support/scoped_env.hpp"
 #include "src/core/tensor.hpp"
 #include "src/perf/trace.hpp"
 
@@ -51,10 +54,12 @@ class RecordingPath final : public Path {
   }
   bool reduce_scatter(Call& call, const detail::ReduceScatterExchange& x) override {
     taken.emplace_back("reduce_scatter");
+    numerics.push_back(x.numerics);
     return detail::mpi_path().reduce_scatter(call, x);
   }
   bool all_reduce(Call& call, const detail::AllReduceExchange& x) override {
     taken.emplace_back("all_reduce");
+    numerics.push_back(x.numerics);
     return detail::mpi_path().all_reduce(call, x);
   }
   bool all_to_all(Call& call, const detail::AllToAllExchange& x) override {
@@ -66,6 +71,7 @@ class RecordingPath final : public Path {
     return detail::mpi_path().broadcast(call, x);
   }
   std::vector<std::string> taken;
+  std::vector<Numerics> numerics;  ///< of each reduction taken
 };
 
 /// A device path that declines every exchange.
@@ -192,6 +198,85 @@ TEST(CclPaths, TracingDeviceMemoryIsAnError) {
       [&] { trace.capture([&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {}, false); }); },
       {"a perf::Trace captures host tensors only, and this call's operand is in cuda memory"});
   EXPECT_TRUE(out.bitwise_equal(Tensor(x.shape(), x.dtype()))) << "the data moved before the error";
+}
+
+TEST(CclPaths, AnOperandsOwnErrorIsReportedOnEveryDevice) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = input(mesh);
+  RecordingPath device;
+  const DevicePath installed(&device);
+  CclArg arg = on_gpu(x);
+  if (mesh.device_id() == mesh.size() - 1) arg.error = "x is on the wrong GPU";
+  Tensor out;
+  expect_error(mesh, kAllAxes, "all_gather",
+               [&] { detail::all_gather(mesh, arg, {.dim = 1}, gpu_output(out)); },
+               {fmt::format("all_gather on axis all of mesh {}: device {} (axis index {}): x is on "
+                            "the wrong GPU",
+                            mesh.str(), mesh.size() - 1, mesh.size() - 1)});
+  EXPECT_TRUE(device.taken.empty());
+}
+
+TEST(CclPaths, NumericsReachTheDevicePathAsAgreed) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = input(mesh);
+  RecordingPath device;
+  const DevicePath installed(&device);
+  Tensor reduced = x, scattered;
+  // One all_reduce and one reduce_scatter on device memory with the option n.
+  const auto reduce = [&](Numerics n) {
+    detail::all_reduce(mesh, on_gpu(x), on_gpu(reduced), {.numerics = n}, false);
+    detail::reduce_scatter(mesh, on_gpu(x), {.dim = 1, .numerics = n}, gpu_output(scattered));
+  };
+  {
+    const test_support::ScopedEnv unset("MESHTEST_GPU_REDUCE", std::nullopt);
+    reduce(Numerics::from_env);
+    reduce(Numerics::nccl);
+  }
+  {
+    const test_support::ScopedEnv env("MESHTEST_GPU_REDUCE", "nccl");
+    reduce(Numerics::from_env);
+    reduce(Numerics::exact);
+  }
+  {
+    const test_support::ScopedEnv env("MESHTEST_GPU_REDUCE", "exact");
+    reduce(Numerics::from_env);
+  }
+  using enum Numerics;
+  EXPECT_EQ(device.numerics, (std::vector<Numerics>{exact, exact, nccl, nccl, nccl, nccl, exact,
+                                                    exact, exact, exact}));
+}
+
+TEST(CclPaths, BadNumericsAreErrorsOnEveryDevice) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = input(mesh);
+  RecordingPath device;
+  const DevicePath installed(&device);
+  Tensor out = x;
+  {
+    const test_support::ScopedEnv env("MESHTEST_GPU_REDUCE", "fast");
+    expect_error(mesh, kAllAxes, "a bad MESHTEST_GPU_REDUCE",
+                 [&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {}, false); },
+                 {"all_reduce on axis all",
+                  "MESHTEST_GPU_REDUCE is 'fast'; expected exact (the "
+                  "default) or nccl"});
+    // Host memory has one numerics: the variable does not concern it.
+    EXPECT_TRUE(
+        all_reduce(mesh, x).bitwise_equal(all_reduce(mesh, x, {.numerics = Numerics::exact})));
+  }
+  expect_error(mesh, kAllAxes, "nccl on host memory",
+               [&] { reduce_scatter(mesh, x, {.dim = 1, .numerics = Numerics::nccl}); },
+               {"reduce_scatter on axis all",
+                "numerics nccl (NCCL's own reductions) is for "
+                "tensors on a GPU, and x f32["});
+  if (mesh.size() > 1) {
+    const Numerics mine = mesh.device_id() == 1 ? Numerics::nccl : Numerics::exact;
+    expect_error(
+        mesh, kAllAxes, "numerics differing across the group",
+        [&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {.numerics = mine}, false); },
+        {"devices disagree on numerics (the option, or MESHTEST_GPU_REDUCE): device 0 (axis "
+         "index 0) passes exact but device 1 (axis index 1) passes nccl"});
+  }
+  EXPECT_TRUE(device.taken.empty());
 }
 
 }  // namespace

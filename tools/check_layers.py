@@ -32,8 +32,8 @@ LAYERS = [
     "src/kernels",  # each version is checked with src/check's metrics and tolerance
     "src/gpu",  # device tensors and kernels: on src/core only
     "dist/mesh",
-    "dist/gpu",  # the mesh over NCCL: below dist/ccl, whose GPU path may use it
     "dist/ccl",
+    "dist/gpu",  # the mesh over NCCL and the CCLs' device path: on dist/ccl's seam
     "dist/shard",
     "dist/perf",
     "dist/parallel",

@@ -22,7 +22,8 @@ void detail::all_reduce(const MeshDevice& mesh, const CclArg& x, const CclArg& o
   // Whether a group spanning nodes may take the node chain: agreed, as every device must take
   // the same path.
   const AgreedOption path_option = all_reduce_path_option();
-  call.agree({{"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, path_option});
+  const AgreedOption numerics = numerics_option(call, opt.numerics);
+  call.agree({{"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, path_option, numerics});
   call.check_reduce_op(opt.op, x.dtype);
   call.perf().attr("op", reduce_op_name(opt.op));
   call.output(out);
@@ -33,6 +34,7 @@ void detail::all_reduce(const MeshDevice& mesh, const CclArg& x, const CclArg& o
             .n = x.numel(),
             .t = x.dtype,
             .op = opt.op,
+            .numerics = static_cast<Numerics>(numerics.value),
             .node_chain_mode = path_option.value});
 }
 

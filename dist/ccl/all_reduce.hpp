@@ -26,9 +26,10 @@ namespace meshtest::dist {
 /// large p is. A group on several nodes whose layout allows it chains the nodes instead
 /// (detail::NodeChain: same bits, 1/q of x across nodes per device). Throws
 /// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
-/// (locally); devices disagreeing on op, dtype, shape or MESHTEST_CCL_NODE_CHAIN; an
-/// unsupported op for the dtype ("reduce op X is not supported for dtype Y"); on the MPI
-/// path, more than INT_MAX elements.
+/// (locally); devices disagreeing on op, dtype, shape, numerics or MESHTEST_CCL_NODE_CHAIN; an
+/// unsupported op for the dtype ("reduce op X is not supported for dtype Y"); opt.numerics
+/// nccl (NCCL's arithmetic is for tensors on a GPU: dist/gpu/ccl.hpp); on the MPI path, more
+/// than INT_MAX elements.
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt = {});
 
 /// In-place all_reduce: x is overwritten with the result. Same contract.

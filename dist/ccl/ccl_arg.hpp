@@ -41,6 +41,10 @@ struct CclArg {
   DType dtype = DType::f32;        ///< element type
   Memory where = {};               ///< host or a GPU
   const Tensor* tensor = nullptr;  ///< the host Tensor viewed (host_arg), else null
+  /// What the operand's owner found wrong with it before the call (e.g. a tensor on another GPU
+  /// than the rank's), or "": the front end reports it as this device's error, the same on
+  /// every device of the group (Call::local_error), before any data moves.
+  std::string error = {};
 
   int rank() const { return shape.rank(); }
   std::int64_t numel() const { return shape.numel(); }

@@ -114,6 +114,7 @@ Call::Call(std::string_view op, const MeshDevice& mesh, int axis, const CclArg& 
              std::span(log_.data(), std::min<std::size_t>(detail.size(), 3) + 1)) {
   if (perf_.active()) perf_.input(perf::TensorInfo{.shape = x.shape, .dtype = x.dtype});
   perf_.attr("axis", axis_name(axis));
+  if (!x.error.empty()) record(x.error);
 }
 
 void Call::output(const CclArg& out) {

@@ -70,14 +70,14 @@ struct Meta {
 
 /// One collective call on one device: the front end's common work, for an operand in any
 /// memory (CclArg). Construction checks the axis (locally: a bad axis cannot reach its group)
-/// and opens the CclLogScope and the profiler scope. Local checks (dim(), local_error()) are
-/// only recorded; agree() then makes sure the whole group agrees, so every device throws the
-/// same meshtest::Error (naming the offending device) instead of some devices hanging in the
-/// data exchange. Every collective starts with the same exchange, whatever its kind: one
-/// MPI_Allreduce (max) of the call signature's hash, its complement and the local error flag
-/// tells every device whether all signatures (op, axis, options, dtype, shape, the kind of
-/// memory when it is not host, and the call's count on the group's communicator) are equal and
-/// no device found an error; only when they are not does it gather every device's Meta
+/// and opens the CclLogScope and the profiler scope. Local checks (the operand's own
+/// CclArg::error, dim(), local_error()) are only recorded; agree() then makes sure the whole group
+/// agrees, so every device throws the same meshtest::Error (naming the offending device) instead of
+/// some devices hanging in the data exchange. Every collective starts with the same exchange,
+/// whatever its kind: one MPI_Allreduce (max) of the call signature's hash, its complement and the
+/// local error flag tells every device whether all signatures (op, axis, options, dtype, shape, the
+/// kind of memory when it is not host, and the call's count on the group's communicator) are equal
+/// and no device found an error; only when they are not does it gather every device's Meta
 /// (MPI_Allgather) and validate the group in full, which gives the detailed error (or, e.g. for
 /// uneven all_gather pieces, the per-device sizes). So a desync (a device calling another
 /// collective, or skipping one, or passing host memory where the others pass GPU memory) is an

@@ -1,4 +1,4 @@
-// The names of the reduction ops.
+// The names of the reduction ops and numerics.
 #include "dist/ccl/options.hpp"
 
 namespace meshtest::dist {
@@ -13,6 +13,18 @@ std::string_view reduce_op_name(ReduceOp op) {
       return "min";
     case ReduceOp::avg:
       return "avg";
+  }
+  return "?";
+}
+
+std::string_view numerics_name(Numerics n) {
+  switch (n) {
+    case Numerics::from_env:
+      return "from_env";
+    case Numerics::exact:
+      return "exact";
+    case Numerics::nccl:
+      return "nccl";
   }
   return "?";
 }

@@ -13,6 +13,17 @@ enum class ReduceOp { sum, max, min, avg };
 
 std::string_view reduce_op_name(ReduceOp op);
 
+/// The arithmetic of a reduction (all_reduce, reduce_scatter) on tensors on a GPU
+/// (dist/gpu/ccl.hpp). On host memory every path has the exact numerics.
+enum class Numerics {
+  from_env,  ///< MESHTEST_GPU_REDUCE decides: exact (also when unset) or nccl
+  exact,     ///< the CPU path's bits: axis order, bf16 accumulated in f32 and rounded once
+  nccl,      ///< NCCL's own reductions: its order and roundings (tensors on a GPU only)
+};
+
+/// "from_env", "exact" or "nccl".
+std::string_view numerics_name(Numerics n);
+
 struct AllGatherOptions {
   int dim = 0;          ///< tensor dim to concatenate along (negative counts from the end)
   int axis = kAllAxes;  ///< mesh axis (0, 1) or kAllAxes
@@ -22,11 +33,13 @@ struct ReduceScatterOptions {
   int dim = 0;
   int axis = kAllAxes;
   ReduceOp op = ReduceOp::sum;
+  Numerics numerics = Numerics::from_env;  ///< tensors on a GPU: exact or NCCL's arithmetic
 };
 
 struct AllReduceOptions {
   int axis = kAllAxes;
   ReduceOp op = ReduceOp::sum;
+  Numerics numerics = Numerics::from_env;  ///< tensors on a GPU: exact or NCCL's arithmetic
 };
 
 struct AllToAllOptions {

@@ -68,6 +68,7 @@ struct ReduceScatterExchange {
   std::byte* out = nullptr;
   DType t = DType::f32;
   ReduceOp op = ReduceOp::sum;
+  Numerics numerics = Numerics::exact;  ///< the agreed numerics_option() (choose.hpp)
   std::shared_ptr<BlockPlan> plan;
 };
 
@@ -78,7 +79,8 @@ struct AllReduceExchange {
   std::int64_t n = 0;  ///< elements, > 0
   DType t = DType::f32;
   ReduceOp op = ReduceOp::sum;
-  std::int64_t node_chain_mode = 0;  ///< the agreed all_reduce_path_option() (choose.hpp)
+  Numerics numerics = Numerics::exact;  ///< the agreed numerics_option() (choose.hpp)
+  std::int64_t node_chain_mode = 0;     ///< the agreed all_reduce_path_option() (choose.hpp)
 };
 
 /// all_to_all and all_to_all_v's geometry: block j of the input (send: the blocks along the

@@ -23,7 +23,9 @@ void detail::reduce_scatter(const MeshDevice& mesh, const CclArg& x,
   Call call("reduce_scatter", mesh, opt.axis, x,
             {{"dim", opt.dim}, {.key = "op", .text = reduce_op_name(opt.op)}});
   const int d = call.dim("dim", opt.dim);
-  call.agree({{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}});
+  const AgreedOption numerics = numerics_option(call, opt.numerics);
+  call.agree(
+      {{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, numerics});
   call.check_reduce_op(opt.op, x.dtype);
   const auto plan = call.plan<BlockPlan>([&] {
     // Device i keeps split_range(n, p, i) along d.
@@ -40,7 +42,12 @@ void detail::reduce_scatter(const MeshDevice& mesh, const CclArg& x,
   call.output(out);
   if (x.empty()) return;
   exchange(call, &Path::reduce_scatter,
-           {.in = x.data, .out = out.data, .t = x.dtype, .op = opt.op, .plan = plan});
+           {.in = x.data,
+            .out = out.data,
+            .t = x.dtype,
+            .op = opt.op,
+            .numerics = static_cast<Numerics>(numerics.value),
+            .plan = plan});
 }
 
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x, const ReduceScatterOptions& opt) {

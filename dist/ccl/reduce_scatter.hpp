@@ -26,9 +26,10 @@ namespace meshtest::dist {
 /// communicator, so the messages never match receives user code posts on mesh.comm()), which
 /// reduces locally (both far faster than Open MPI's MPI_Reduce_scatter on one node).
 /// Workspaces are planned once per signature. Throws meshtest::Error, the same on every device
-/// of the group (never a hang), for: a bad axis (locally) or dim; devices disagreeing on dim
-/// or op, on the dtype or on the shape; avg on an integer dtype or any op on u8 ("reduce op X
-/// is not supported for dtype Y"); on the MPI path, an input beyond INT_MAX elements.
+/// of the group (never a hang), for: a bad axis (locally) or dim; devices disagreeing on dim,
+/// op or numerics, on the dtype or on the shape; avg on an integer dtype or any op on u8
+/// ("reduce op X is not supported for dtype Y"); opt.numerics nccl (NCCL's arithmetic is for
+/// tensors on a GPU: dist/gpu/ccl.hpp); on the MPI path, an input beyond INT_MAX elements.
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x,
                       const ReduceScatterOptions& opt = {});
 

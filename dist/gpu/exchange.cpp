@@ -48,25 +48,11 @@ void check_buffer(const void* p, std::size_t bytes, std::string_view what, std::
                       name, bytes);
 }
 
-std::string_view op_name(Reduce op) {
-  switch (op) {
-    case Reduce::sum:
-      return "sum";
-    case Reduce::max:
-      return "max";
-    case Reduce::min:
-      return "min";
-    case Reduce::avg:
-      return "avg";
-  }
-  return "?";
-}
-
 void check_reduction(DType t, Reduce op, std::string_view what) {
   MESHTEST_DIST_CHECK(t != DType::u8,
                       "{}: reduce op {} is not supported for dtype u8 (u8 holds packed formats; "
                       "no reduction is defined)",
-                      what, op_name(op));
+                      what, reduce_op_name(reduce_op_of(op)));
   MESHTEST_DIST_CHECK(op != Reduce::avg || is_floating(t),
                       "{}: reduce op avg is not supported for dtype {} (avg is defined for f32, "
                       "f64 and bf16)",

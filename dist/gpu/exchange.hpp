@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <span>
 
+#include "dist/ccl/options.hpp"
 #include "dist/gpu/nccl_comm.hpp"
 #include "src/core/dtype.hpp"
 #include "src/gpu/reduce.hpp"
@@ -30,6 +31,14 @@ namespace meshtest::dist::gpu {
 
 /// The reduction operators: sum, max, min, avg (src/gpu/reduce.hpp).
 using Reduce = meshtest::gpu::Reduce;
+
+/// The GPU reduction of a collective's reduce op, and back: the same operators, in one order.
+constexpr Reduce reduce_of(ReduceOp op) { return static_cast<Reduce>(op); }
+constexpr ReduceOp reduce_op_of(Reduce op) { return static_cast<ReduceOp>(op); }
+static_assert(reduce_of(ReduceOp::sum) == Reduce::sum && reduce_of(ReduceOp::max) == Reduce::max &&
+                  reduce_of(ReduceOp::min) == Reduce::min &&
+                  reduce_of(ReduceOp::avg) == Reduce::avg,
+              "ReduceOp and gpu::Reduce list their operators in one order");
 
 /// The arithmetic of a reduction.
 enum class Numerics {

@@ -93,7 +93,9 @@ NcclGroup::NcclGroup(ncclComm_t comm, int size, int index) try
 }
 
 NcclGroup::~NcclGroup() {
-  if (workspace_ != nullptr) (void)cudaFreeAsync(workspace_, stream_.get());
+  for (std::byte* w : workspace_) {
+    if (w != nullptr) (void)cudaFreeAsync(w, stream_.get());
+  }
   release(comm_, !broken_ && std::uncaught_exceptions() == 0);
 }
 
@@ -106,11 +108,15 @@ void NcclGroup::synchronize(std::string_view what) {
   }
 }
 
-std::byte* NcclGroup::workspace(std::size_t bytes) {
-  if (bytes <= workspace_bytes_) return workspace_;
-  if (workspace_ != nullptr) MESHTEST_DIST_CUDA(cudaFreeAsync(workspace_, stream_.get()));
-  workspace_ = nullptr;
-  workspace_bytes_ = 0;
+std::byte* NcclGroup::workspace(std::size_t bytes, int slot) {
+  MESHTEST_DIST_CHECK(slot >= 0 && slot < kWorkspaces, "workspace slot {} out of range [0, {})",
+                      slot, kWorkspaces);
+  std::byte*& workspace = workspace_[static_cast<std::size_t>(slot)];
+  std::size_t& have = workspace_bytes_[static_cast<std::size_t>(slot)];
+  if (bytes <= have) return workspace;
+  if (workspace != nullptr) MESHTEST_DIST_CUDA(cudaFreeAsync(workspace, stream_.get()));
+  workspace = nullptr;
+  have = 0;
   void* p = nullptr;
   const cudaError_t err = cudaMallocAsync(&p, bytes, stream_.get());
   if (err != cudaSuccess) {
@@ -122,9 +128,9 @@ std::byte* NcclGroup::workspace(std::size_t bytes) {
                : std::string("free memory unknown"),
          cudaGetErrorString(err));
   }
-  workspace_ = static_cast<std::byte*>(p);
-  workspace_bytes_ = bytes;
-  return workspace_;
+  workspace = static_cast<std::byte*>(p);
+  have = bytes;
+  return workspace;
 }
 
 MeshNccl& MeshNccl::of(const MeshDevice& mesh) {

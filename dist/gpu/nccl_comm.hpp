@@ -46,10 +46,14 @@ class NcclGroup {
   /// group broken.
   void synchronize(std::string_view what = "the exchanges queued on the group's stream");
 
-  /// At least `bytes` of device memory, stream-ordered on stream() (cudaMallocAsync): valid for
-  /// work queued on stream() from now until the next call. Grows, never shrinks. Throws
-  /// meshtest::Error naming the bytes, the GPU and its free memory when the allocation fails.
-  std::byte* workspace(std::size_t bytes);
+  /// Workspaces of a group: slot 0 is the exchanges' staging memory (exchange.hpp); the others
+  /// are free for their callers (e.g. blocks packed before an exchange or unpacked after it).
+  static constexpr int kWorkspaces = 3;
+  /// At least `bytes` of device memory in workspace `slot` (0 .. kWorkspaces - 1),
+  /// stream-ordered on stream() (cudaMallocAsync): valid for work queued on stream() from now
+  /// until the next call for that slot. Grows, never shrinks. Throws meshtest::Error naming the
+  /// bytes, the GPU and its free memory when the allocation fails.
+  std::byte* workspace(std::size_t bytes, int slot = 0);
 
   /// True after an NCCL or CUDA error on this group: it is aborted, not finalized, at the end.
   bool broken() const { return broken_; }
@@ -59,8 +63,8 @@ class NcclGroup {
   int size_ = 1;
   int index_ = 0;
   meshtest::gpu::Stream stream_;
-  std::byte* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = 0;
+  std::array<std::byte*, kWorkspaces> workspace_{};
+  std::array<std::size_t, kWorkspaces> workspace_bytes_{};
   bool broken_ = false;
 };
 

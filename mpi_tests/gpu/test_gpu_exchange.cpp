@@ -8,17 +8,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cmath>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
 #include "dist/gpu/exchange.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
-#include "src/check/tolerance.hpp"
-#include "src/core/random.hpp"
+#include "mpi_tests/gpu/gpu_terms.hpp"
 #include "src/gpu/device_tensor.hpp"
 
 namespace meshtest::dist::gpu {
@@ -34,37 +31,10 @@ class GpuExchange : public GpuRankTest {
   }
 };
 
-const MeshDevice& mesh_of(int rows, int cols) {
-  static std::map<std::pair<int, int>, MeshDevice> meshes;  // collective creation, same order
-  return meshes.try_emplace({rows, cols}, std::vector<int>{rows, cols}).first->second;
-}
-
 /// Calls f(mesh, axis, group) for every mesh shape of the world and every axis (kAllAxes, 0, 1).
 void for_each_group(const std::function<void(const MeshDevice&, int, NcclGroup&)>& f) {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  for (int rows = 1; rows <= n; ++rows) {
-    if (n % rows != 0) continue;
-    const MeshDevice& mesh = mesh_of(rows, n / rows);
-    for (int axis : {kAllAxes, 0, 1}) {
-      SCOPED_TRACE(fmt::format("mesh {} axis {}", mesh.str(), axis));
-      f(mesh, axis, MeshNccl::of(mesh).group(axis));
-    }
-  }
-}
-
-/// Device `device`'s term: normal values spread over 2^0..2^8, so that another order of
-/// additions or another rounding shows in the bits; integers (i32) are whole and small.
-Tensor term(const Shape& s, DType t, int device, int salt = 0) {
-  const Tensor x = random_normal(s, DType::f32,
-                                 {.seed = 28u + static_cast<std::uint64_t>(salt),
-                                  .stream = static_cast<std::uint64_t>(device)});
-  std::vector<float> v(x.span<float>().begin(), x.span<float>().end());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] *= static_cast<float>(1 << (i % 9));
-    if (!is_floating(t)) v[i] = std::round(v[i] * 16);
-  }
-  return Tensor::from_vector(s, v).astype(t);
+  for_each_mesh_axis(
+      [&](const MeshDevice& mesh, int axis) { f(mesh, axis, MeshNccl::of(mesh).group(axis)); });
 }
 
 /// Element counts of the array_split blocks of `rows` rows of `cols` elements over p devices.
@@ -93,29 +63,9 @@ Tensor in_place(NcclGroup& g, const Tensor& x, const std::function<void(std::byt
   return buf.to_host();
 }
 
-void expect_bits(const Tensor& want, const Tensor& got, const std::string& what) {
-  EXPECT_TRUE(got.bitwise_equal(want))
-      << what << ": "
-      << compare(want.astype(DType::f64), got.astype(DType::f64), Metric::exact, 0).str();
-}
-
 constexpr DType kFloats[] = {DType::f32, DType::bf16, DType::f64};
 constexpr DType kCopies[] = {DType::f32, DType::bf16, DType::f64, DType::i32};
 constexpr Reduce kOps[] = {Reduce::sum, Reduce::avg, Reduce::max};
-
-ReduceOp cpu_op(Reduce op) {
-  switch (op) {
-    case Reduce::sum:
-      return ReduceOp::sum;
-    case Reduce::max:
-      return ReduceOp::max;
-    case Reduce::min:
-      return ReduceOp::min;
-    case Reduce::avg:
-      return ReduceOp::avg;
-  }
-  return ReduceOp::sum;
-}
 
 /// Shapes whose rows split unevenly over most p (p*5+3) and evenly (p*4).
 std::vector<Shape> reduce_shapes(int p) {
@@ -162,10 +112,10 @@ TEST_F(GpuExchange, ReduceScatterHasTheCpuPathsBits) {
       for (DType t : kFloats) {
         for (Reduce op : kOps) {
           const std::string what =
-              fmt::format("reduce_scatter {} {} {}", t, s, reduce_op_name(cpu_op(op)));
+              fmt::format("reduce_scatter {} {} {}", t, s, reduce_op_name(reduce_op_of(op)));
           const Tensor x = term(s, t, mesh.device_id());
           const Tensor want =
-              dist::reduce_scatter(mesh, x, {.dim = 0, .axis = axis, .op = cpu_op(op)});
+              dist::reduce_scatter(mesh, x, {.dim = 0, .axis = axis, .op = reduce_op_of(op)});
           expect_bits(want,
                       on_gpu(g, x, want.shape(),
                              [&](const std::byte* in, std::byte* out) {
@@ -188,9 +138,9 @@ TEST_F(GpuExchange, AllReduceHasTheCpuPathsBits) {
       for (DType t : kFloats) {
         for (Reduce op : kOps) {
           const std::string what =
-              fmt::format("all_reduce {} {} {}", t, s, reduce_op_name(cpu_op(op)));
+              fmt::format("all_reduce {} {} {}", t, s, reduce_op_name(reduce_op_of(op)));
           const Tensor x = term(s, t, mesh.device_id());
-          const Tensor want = dist::all_reduce(mesh, x, {.axis = axis, .op = cpu_op(op)});
+          const Tensor want = dist::all_reduce(mesh, x, {.axis = axis, .op = reduce_op_of(op)});
           expect_bits(want,
                       on_gpu(g, x, s,
                              [&](const std::byte* in, std::byte* out) {
@@ -206,61 +156,21 @@ TEST_F(GpuExchange, AllReduceHasTheCpuPathsBits) {
   });
 }
 
-/// The magnitude of each element's terms: the CPU path's all_reduce of |x| in f64.
-Tensor magnitudes(const MeshDevice& mesh, int axis, const Tensor& x, bool avg, int p) {
-  Tensor m = x.astype(DType::f64);
-  for (double& v : m.span<double>()) v = std::abs(v) / (avg ? p : 1);
-  return dist::all_reduce(mesh, m, {.axis = axis});
-}
-
 TEST_F(GpuExchange, NcclNumericsAreExactWhereOrderCannotMatterAndBoundedElsewhere) {
   for_each_group([](const MeshDevice& mesh, int axis, NcclGroup& g) {
-    const int p = g.size(), me = g.index();
+    const int p = g.size();
     for (const Shape& s : reduce_shapes(p)) {
       const auto counts = row_blocks(s[0], s[1], p);
-      const Range own = split_range(s[0], p, me);
-      auto both = [&](const Tensor& x, Reduce op) {
-        const std::string what =
-            fmt::format("{} {} {} on NCCL", x.dtype(), s, reduce_op_name(cpu_op(op)));
+      const Shape own = s.with(0, split_range(s[0], p, g.index()).size);
+      expect_nccl_numerics(mesh, axis, s, 0, [&](const Tensor& x, ReduceOp op) {
         const Tensor ar = on_gpu(g, x, s, [&](const std::byte* in, std::byte* out) {
-          all_reduce(g, in, out, s.numel(), x.dtype(), op, Numerics::nccl);
+          all_reduce(g, in, out, s.numel(), x.dtype(), reduce_of(op), Numerics::nccl);
         });
-        const Tensor rs =
-            on_gpu(g, x, s.with(0, own.size), [&](const std::byte* in, std::byte* out) {
-              reduce_scatter(g, in, counts, out, x.dtype(), op, Numerics::nccl);
-            });
+        const Tensor rs = on_gpu(g, x, own, [&](const std::byte* in, std::byte* out) {
+          reduce_scatter(g, in, counts, out, x.dtype(), reduce_of(op), Numerics::nccl);
+        });
         return std::pair(ar, rs);
-      };
-      // Integer sums and max: any order gives the same result, so NCCL's equals the CPU's.
-      for (const auto& [t, op] :
-           {std::pair(DType::i32, Reduce::sum), std::pair(DType::f32, Reduce::max),
-            std::pair(DType::bf16, Reduce::max)}) {
-        const Tensor x = term(s, t, mesh.device_id());
-        const Tensor want = dist::all_reduce(mesh, x, {.axis = axis, .op = cpu_op(op)});
-        const auto [ar, rs] = both(x, op);
-        expect_bits(want, ar,
-                    fmt::format("all_reduce {} {} on NCCL", t, reduce_op_name(cpu_op(op))));
-        expect_bits(want.slice(0, own), rs,
-                    fmt::format("reduce_scatter {} {} on NCCL", t, reduce_op_name(cpu_op(op))));
-      }
-      // Float sums: another order of p terms, rounded after each step for bf16 (and avg
-      // scaling each term first): within the error model of p terms (2p for avg) and, for bf16,
-      // p roundings to bf16.
-      for (DType t : kFloats) {
-        for (Reduce op : {Reduce::sum, Reduce::avg}) {
-          const Tensor x = term(s, t, mesh.device_id(), 1);
-          const Tensor want = dist::all_reduce(mesh, x, {.axis = axis, .op = cpu_op(op)});
-          const Tensor scale = magnitudes(mesh, axis, x, op == Reduce::avg, p);
-          const ErrorModel model{.dtype = t,
-                                 .terms = op == Reduce::avg ? 2 * p : p,
-                                 .roundings = t == DType::bf16 ? p : 0};
-          const auto [ar, rs] = both(x, op);
-          const Comparison c_ar = compare(want, ar, model, scale);
-          EXPECT_TRUE(c_ar.passed) << "all_reduce " << model.str() << ": " << c_ar.str();
-          const Comparison c_rs = compare(want.slice(0, own), rs, model, scale.slice(0, own));
-          EXPECT_TRUE(c_rs.passed) << "reduce_scatter " << model.str() << ": " << c_rs.str();
-        }
-      }
+      });
     }
   });
 }

@@ -1,13 +1,15 @@
 // Ranks and GPUs (dist/gpu/rank_gpu) and a mesh's NCCL communicators (dist/gpu/nccl_comm): the
 // placement rule on faked counts, this node's placement against MPI's own view, and the binding
 // — each rank on the GPU of its node-local index, or the same Error on every rank, before any
-// NCCL call. Runs with or without GPUs: the checks follow what the machine has.
+// NCCL call; the collectives on DeviceTensors before it, an Error saying how to bind. Runs with or
+// without GPUs: the checks follow what the machine has.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <string>
 #include <vector>
 
+#include "dist/gpu/ccl.hpp"
 #include "dist/gpu/nccl_comm.hpp"
 #include "dist/gpu/rank_gpu.hpp"
 #include "dist/mesh/mesh_device.hpp"
@@ -107,6 +109,25 @@ TEST(GpuBinding, AMeshOverPartOfTheWorldAsksForBindingFirst) {
     EXPECT_EQ(err, bcast_string(err, half)) << "messages differ within the mesh";
   }
   MPI_Comm_free(&half);
+  EXPECT_EQ(bound_gpu(), -1);
+}
+
+// Before any binding: the collectives on DeviceTensors say how to bind, the same on every device
+// of the group, before any CUDA or NCCL call (a tensor of no elements needs no GPU).
+TEST(GpuBinding, CollectivesOnAnUnboundRankSayHowToBind) {
+  ASSERT_EQ(bound_gpu(), -1) << "a test before this one bound the rank";
+  const MeshDevice mesh = MeshDevice::line();
+  const DeviceTensor none;
+  const std::string how =
+      "device 0 (axis index 0): this rank is not bound to a GPU: call "
+      "dist::gpu::bind_rank_to_gpu() on every rank (collective over MPI_COMM_WORLD) before the "
+      "first collective on device tensors";
+  ccl_test::expect_error(mesh, kAllAxes, "all_reduce", [&] { dist::all_reduce(mesh, none); },
+                         {"all_reduce on axis all", how});
+  ccl_test::expect_error(mesh, 1, "all_gather", [&] { dist::all_gather(mesh, none, {.axis = 1}); },
+                         {"all_gather on axis 1", how});
+  ccl_test::expect_error(mesh, kAllAxes, "broadcast", [&] { dist::broadcast(mesh, none); },
+                         {"broadcast on axis all", how});
   EXPECT_EQ(bound_gpu(), -1);
 }
 

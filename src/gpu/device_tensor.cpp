@@ -18,29 +18,12 @@ namespace {
 // DeviceTensor operation is complete when it returns (see the header).
 void finish() { MESHTEST_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
 
-/// `rows` rows of `width` bytes from src (rows `spitch` bytes apart) to dst (`dpitch` apart),
-/// on the current device; complete on return.
-void copy_rows(std::byte* dst, std::size_t dpitch, const std::byte* src, std::size_t spitch,
-               std::size_t width, std::int64_t rows) {
+/// copy_rows (runtime.hpp) on the legacy default stream; complete on return. No bytes touch no
+/// device.
+void copy_rows_now(std::byte* dst, std::size_t dpitch, const std::byte* src, std::size_t spitch,
+                   std::size_t width, std::int64_t rows) {
   if (width == 0 || rows <= 0) return;
-  const auto n = static_cast<std::size_t>(rows);
-  if (n == 1 || (dpitch == width && spitch == width)) {
-    MESHTEST_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, width * n, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
-    return finish();
-  }
-  int max_pitch = 0;
-  MESHTEST_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, current_device()));
-  if (dpitch <= static_cast<std::size_t>(max_pitch) &&
-      spitch <= static_cast<std::size_t>(max_pitch)) {
-    MESHTEST_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, n,
-                                          cudaMemcpyDeviceToDevice, cudaStreamLegacy));
-  } else {  // rows too far apart for a 2-D copy: few of them, each large
-    for (std::size_t r = 0; r < n; ++r) {
-      MESHTEST_CUDA_CHECK(cudaMemcpyAsync(dst + r * dpitch, src + r * spitch, width,
-                                          cudaMemcpyDeviceToDevice, cudaStreamLegacy));
-    }
-  }
+  copy_rows(dst, dpitch, src, spitch, width, rows, cudaStreamLegacy);
   finish();
 }
 
@@ -106,7 +89,7 @@ void DeviceTensor::allocate() {
 DeviceTensor::DeviceTensor(const DeviceTensor& other) : shape_(other.shape_), dtype_(other.dtype_) {
   const OnDevice on_device(other.device_);
   allocate();
-  copy_rows(bytes(), nbytes_, other.bytes(), nbytes_, nbytes_, 1);
+  copy_rows_now(bytes(), nbytes_, other.bytes(), nbytes_, nbytes_, 1);
 }
 
 DeviceTensor& DeviceTensor::operator=(const DeviceTensor& other) {
@@ -162,7 +145,7 @@ DeviceTensor DeviceTensor::slice(int dim, std::int64_t start, std::int64_t size)
   const OnDevice on_device(device_);
   DeviceTensor out(shape_.with(l.dim, size), dtype_, Tensor::Uninitialized{});
   if (out.nbytes_ == 0) return out;
-  copy_rows(out.bytes(), l.run, bytes() + l.offset, l.stride, l.run, l.rows);
+  copy_rows_now(out.bytes(), l.run, bytes() + l.offset, l.stride, l.run, l.rows);
   return out;
 }
 
@@ -173,7 +156,7 @@ void DeviceTensor::assign_slice(int dim, std::int64_t start, const DeviceTensor&
                  describe(*this));
   if (src.nbytes_ == 0) return;
   const OnDevice on_device(device_);
-  copy_rows(bytes() + l.offset, l.stride, src.bytes(), l.run, l.run, l.rows);
+  copy_rows_now(bytes() + l.offset, l.stride, src.bytes(), l.run, l.run, l.rows);
 }
 
 DeviceTensor DeviceTensor::reshape(Shape shape) const {

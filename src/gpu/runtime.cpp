@@ -37,6 +37,28 @@ std::string no_gpu_reason() {
                      visible != nullptr ? visible : "unset");
 }
 
+void copy_rows(std::byte* dst, std::size_t dpitch, const std::byte* src, std::size_t spitch,
+               std::size_t width, std::int64_t rows, cudaStream_t stream) {
+  if (width == 0 || rows <= 0) return;
+  const auto n = static_cast<std::size_t>(rows);
+  if (n == 1 || (dpitch == width && spitch == width)) {
+    MESHTEST_CUDA_CHECK(cudaMemcpyAsync(dst, src, width * n, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  int max_pitch = 0;
+  MESHTEST_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, current_device()));
+  if (dpitch <= static_cast<std::size_t>(max_pitch) &&
+      spitch <= static_cast<std::size_t>(max_pitch)) {
+    MESHTEST_CUDA_CHECK(
+        cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, n, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  for (std::size_t r = 0; r < n; ++r) {  // rows too far apart for a 2-D copy: few, each large
+    MESHTEST_CUDA_CHECK(cudaMemcpyAsync(dst + r * dpitch, src + r * spitch, width,
+                                        cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
 void set_device(int ordinal) {
   const int n = device_count();
   MESHTEST_CHECK(ordinal >= 0 && ordinal < n,

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "src/core/error.hpp"
@@ -27,6 +29,13 @@ void set_device(int ordinal);
 
 /// The calling thread's current device.
 int current_device();
+
+/// Queues on `stream` the device-to-device copy of `rows` rows of `width` bytes from src (rows
+/// `spitch` bytes apart) to dst (rows `dpitch` apart), on the current device: one
+/// cudaMemcpyAsync when the rows are contiguous on both sides, else cudaMemcpy2DAsync (a copy
+/// per row where a pitch exceeds the device's limit). Nothing for no bytes. Asynchronous.
+void copy_rows(std::byte* dst, std::size_t dpitch, const std::byte* src, std::size_t spitch,
+               std::size_t width, std::int64_t rows, cudaStream_t stream);
 
 /// Makes `ordinal` current for a scope and restores the previous current device at its end.
 class DeviceGuard {

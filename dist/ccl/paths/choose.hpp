@@ -43,6 +43,13 @@ Path* set_device_path(Path* path);
 /// path: the node chain's mode (MESHTEST_CCL_NODE_CHAIN).
 AgreedOption all_reduce_path_option();
 
+/// The numerics a reduction agrees on like an option (every device must reduce alike), resolved
+/// from the call's option n: Numerics::from_env takes MESHTEST_GPU_REDUCE (exact, the default
+/// when unset, or nccl). Records a local error in `call` (reported by agree()) for a bad
+/// MESHTEST_GPU_REDUCE on GPU memory and for nccl asked of host memory; host paths reduce
+/// exactly whatever the value.
+AgreedOption numerics_option(Call& call, Numerics n);
+
 /// Throws: no path of `call`'s order took it.
 [[noreturn]] void no_path(const Call& call);
 
