@@ -62,12 +62,14 @@ void check_reduction(DType t, Reduce op, std::string_view what) {
 /// One grouped step in which every device sends `send(j)` = (pointer, bytes) to each other
 /// device j and receives `recv(j)` from it; empty messages are left out on both sides (each
 /// side knows the size). Peers are visited in a shifted order, so no device is every device's
-/// first.
+/// first. With `self`, a device also sends its own block to itself inside the group (NCCL copies
+/// it in the same launch, as nccl-tests' all_to_all does), unless it is already in place.
 template <class Send, class Recv>
-void send_recv(NcclGroup& g, std::string_view what, Send&& send, Recv&& recv) {
+void send_recv(NcclGroup& g, std::string_view what, Send&& send, Recv&& recv, bool self = false) {
   const int p = g.size(), me = g.index();
+  const bool copy_self = self && send(me).first != recv(me).first;
   g.grouped(what, [&] {
-    for (int k = 1; k < p; ++k) {
+    for (int k = copy_self ? 0 : 1; k < p; ++k) {
       const int to = (me + k) % p, from = (me - k + p) % p;
       const auto [s, s_bytes] = send(to);
       if (s_bytes > 0) {
@@ -79,12 +81,6 @@ void send_recv(NcclGroup& g, std::string_view what, Send&& send, Recv&& recv) {
       }
     }
   });
-}
-
-/// This device's own block, copied on the group's stream (nothing when it is already there).
-void copy_own(NcclGroup& g, std::byte* to, const std::byte* from, std::size_t bytes) {
-  if (bytes == 0 || to == from) return;
-  MESHTEST_DIST_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, g.stream()));
 }
 
 /// The exact reduce-scatter of blocks `b` of `in` into `out` (mine elements).
@@ -117,10 +113,9 @@ void gather_blocks(NcclGroup& g, const std::byte* own, const Blocks& b, std::byt
     });
     return;
   }
-  copy_own(g, out + b.offset(me), own, b.size(me));
   send_recv(
-      g, what, [&](int) { return std::pair(own, b.size(me)); },
-      [&](int j) { return b.of(out, j); });
+      g, what, [&](int) { return std::pair(own, b.size(me)); }, [&](int j) { return b.of(out, j); },
+      /*self=*/true);
 }
 
 }  // namespace
@@ -227,9 +222,9 @@ void all_to_all(NcclGroup& g, const std::byte* in, Counts send_counts, std::byte
       me, send_counts[static_cast<std::size_t>(me)], recv_counts[static_cast<std::size_t>(me)]);
   check_buffer(in, s.total, "all_to_all", "the input");
   check_buffer(out, r.total, "all_to_all", "the output");
-  copy_own(g, out + r.offset(me), in + s.offset(me), s.size(me));
   send_recv(
-      g, "all_to_all", [&](int j) { return s.of(in, j); }, [&](int j) { return r.of(out, j); });
+      g, "all_to_all", [&](int j) { return s.of(in, j); }, [&](int j) { return r.of(out, j); },
+      /*self=*/true);
 }
 
 void broadcast(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t n, DType t,

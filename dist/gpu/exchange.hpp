@@ -71,14 +71,15 @@ void all_reduce(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t 
                 Reduce op, Numerics numerics = Numerics::exact);
 
 /// Every device's `in` (counts[index] elements of t) laid end to end in axis order in `out`
-/// (the sum of counts): ncclAllGather for equal counts, otherwise grouped ncclSend / ncclRecv
-/// and a local copy of this device's own block. `in` is this device's own block of out (in
-/// place) or disjoint from out.
+/// (the sum of counts): ncclAllGather for equal counts, otherwise one group of ncclSend /
+/// ncclRecv, this device's own block sent to itself in it unless in place. `in` is this device's
+/// own block of out (in place) or disjoint from out.
 void all_gather(NcclGroup& g, const std::byte* in, Counts counts, std::byte* out, DType t);
 
 /// Block j of `in` (send_counts[j] elements) goes to device j; block i of `out`
 /// (recv_counts[i] elements) comes from device i, whose send_counts[index] it must equal.
-/// Grouped ncclSend / ncclRecv and a local copy of the own block; in and out disjoint.
+/// One group of ncclSend / ncclRecv, a device's own block included (NCCL copies it in the same
+/// launch); in and out disjoint.
 void all_to_all(NcclGroup& g, const std::byte* in, Counts send_counts, std::byte* out,
                 Counts recv_counts, DType t);
 
