@@ -118,7 +118,8 @@ std::byte* NcclGroup::workspace(std::size_t bytes, int slot) {
   workspace = nullptr;
   have = 0;
   void* p = nullptr;
-  const cudaError_t err = cudaMallocAsync(&p, bytes, stream_.get());
+  const cudaError_t err =
+      cudaMallocAsync(&p, meshtest::gpu::allocation_bytes(bytes), stream_.get());
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     std::size_t free = 0, total = 0;

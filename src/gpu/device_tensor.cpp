@@ -72,7 +72,7 @@ void DeviceTensor::allocate() {
   if (nbytes_ == 0) return;
   device_ = current_device();
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, nbytes_);
+  const cudaError_t err = cudaMalloc(&p, allocation_bytes(nbytes_));
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     std::size_t free = 0, total = 0;
