@@ -41,11 +41,11 @@ install(EXPORT meshtestTargets
   FILE meshtestTargets.cmake
   DESTINATION ${MESHTEST_INSTALL_CMAKEDIR})
 
-# The GPU side, when built: the component gpu (meshtest::gpu), in a targets file of its own
-# that meshtestConfig.cmake includes only when the component is asked for (after finding
-# CUDAToolkit). MESHTEST_GPU_EXPORTED_TARGETS may name more GPU-side libraries.
+# The GPU side, when built: the component gpu (meshtest::gpu and meshtest::dist_gpu), in a
+# targets file of its own that meshtestConfig.cmake includes only when the component is asked
+# for (after finding CUDAToolkit, and NCCL by the FindNCCL.cmake installed beside it).
 if(MESHTEST_CUDA_ENABLED)
-  install(TARGETS meshtest_gpu ${MESHTEST_GPU_EXPORTED_TARGETS}
+  install(TARGETS meshtest_gpu meshtest_dist_gpu
     EXPORT meshtestGpuTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -57,6 +57,9 @@ if(MESHTEST_CUDA_ENABLED)
   export(EXPORT meshtestGpuTargets
     NAMESPACE meshtest::
     FILE ${PROJECT_BINARY_DIR}/meshtestGpuTargets.cmake)
+  install(FILES ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake DESTINATION ${MESHTEST_INSTALL_CMAKEDIR})
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake ${PROJECT_BINARY_DIR}/FindNCCL.cmake
+                 COPYONLY)
 endif()
 
 configure_package_config_file(

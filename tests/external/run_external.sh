@@ -14,9 +14,9 @@
 #                  assert: non-zero exit, done within 30 s, output names "[rank 1/4]";
 #   bad-component  find_package(meshtest COMPONENTS nosuch) must fail at configure, naming
 #                  "nosuch" and the components there are;
-#   gpu-component  tests/external/gpu_component against the build tree: built with the GPU
-#                  side, it builds and runs (no GPU is fine); without, asking for gpu fails
-#                  naming it;
+#   gpu-component  tests/external/gpu_component (on meshtest::dist_gpu) against the build
+#                  tree: built with the GPU side, it builds and runs (no GPU is fine);
+#                  without, asking for gpu fails naming it;
 #   all            every phase, in this order.
 # No C++ standard is set by either example: the meshtest targets carry C++20.
 # Usage: run_external.sh [--build-dir DIR] [--work DIR] [--mpiexec PATH] [--phase PHASE]
@@ -182,7 +182,7 @@ phase_bad_component() {
 phase_gpu_component() {
   local dir="$work/gpu-component" rc=0
   if [[ -f "$build_dir/meshtestGpuTargets.cmake" ]]; then
-    step "find_package(meshtest COMPONENTS gpu): a program on meshtest::gpu builds and runs"
+    step "find_package(meshtest COMPONENTS gpu): a program on meshtest::dist_gpu builds and runs"
     build_example "$here/gpu_component" "$dir" -Dmeshtest_DIR="$build_dir" \
       ${build_type:+-DCMAKE_BUILD_TYPE="$build_type"}
     no_warnings "$dir"
