@@ -1,8 +1,11 @@
 // The profiler's OpScope: records, leaf-only nesting (at any depth), signposts, exceptions, off
-// by default.
+// by default, device times resolved when the records are read.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "src/perf/profiler.hpp"
 
@@ -160,6 +163,72 @@ TEST(Profiler, SessionRestoresTheFlagAndClears) {
   }
   EXPECT_FALSE(enabled());
   EXPECT_TRUE(records().empty());
+}
+
+/// Device times that a test sets: counts its calls, resolves to fixed times.
+struct FakeTimes : DeviceTimes {
+  FakeTimes(int* closes, int* resolves, std::int64_t start, std::int64_t end)
+      : closes(closes), resolves(resolves), start(start), end(end) {}
+  void close() override { ++*closes; }
+  std::pair<std::int64_t, std::int64_t> resolve() override {
+    ++*resolves;
+    return {start, end};
+  }
+  int* closes;
+  int* resolves;
+  std::int64_t start, end;
+};
+
+TEST(Profiler, DeviceTimesReplaceTheHostTimesWhenTheRecordsAreRead) {
+  Session session;
+  int closes = 0, resolves = 0;
+  {
+    OpScope s("kernel");
+    s.device_times(std::make_unique<FakeTimes>(&closes, &resolves, 1000, 4000));
+    EXPECT_EQ(closes, 0);
+  }
+  { OpScope host("host_op"); }
+  EXPECT_EQ(closes, 1);
+  EXPECT_EQ(resolves, 0);  // nothing waits for the device before the records are read
+  const auto r = records();
+  EXPECT_EQ(resolves, 1);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].start_ns, 1000);
+  EXPECT_EQ(r[0].end_ns, 4000);
+  EXPECT_EQ(r[0].global_call_count, 1);
+  EXPECT_NE(r[1].start_ns, 1000);  // the host op keeps the host clock
+  const auto again = records();    // resolved once, kept
+  EXPECT_EQ(resolves, 1);
+  EXPECT_EQ(again[0].end_ns, 4000);
+}
+
+TEST(Profiler, DeviceTimesOfADroppedScopeAreNeverResolved) {
+  Session session;
+  int closes = 0, resolves = 0;
+  {
+    OpScope composite("block");
+    composite.device_times(std::make_unique<FakeTimes>(&closes, &resolves, 1, 2));
+    OpScope leaf("linear");
+  }
+  EXPECT_THROW(
+      {
+        OpScope s("bad");
+        s.device_times(std::make_unique<FakeTimes>(&closes, &resolves, 1, 2));
+        throw std::runtime_error("x");
+      },
+      std::runtime_error);
+  {
+    OpScope pending("pending");
+    pending.device_times(std::make_unique<FakeTimes>(&closes, &resolves, 1, 2));
+  }
+  clear();  // drops the pending one unresolved
+  const auto r = records();
+  EXPECT_TRUE(r.empty());
+  EXPECT_EQ(resolves, 0);
+  set_enabled(false);
+  OpScope off("off");
+  off.device_times(std::make_unique<FakeTimes>(&closes, &resolves, 1, 2));
+  EXPECT_FALSE(off.active());
 }
 
 TEST(Profiler, OpTypeNamesRoundTripAndUnknownNamesThrow) {

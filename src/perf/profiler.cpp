@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <mutex>
+#include <tuple>
 
 namespace meshtest::perf {
 
@@ -12,17 +13,20 @@ namespace {
 std::atomic<bool> g_enabled{false};
 std::atomic<int> g_device{0};
 std::mutex g_mutex;
-std::vector<OpRecord> g_records;         // guarded by g_mutex
-std::int64_t g_call_count = 0;           // guarded by g_mutex
+std::vector<OpRecord> g_records;  // guarded by g_mutex
+// Records whose times a device gives (index into g_records), resolved by records().
+std::vector<std::pair<std::size_t, std::unique_ptr<DeviceTimes>>> g_pending;  // by g_mutex
+std::int64_t g_call_count = 0;                                                // guarded by g_mutex
 thread_local OpScope* t_open = nullptr;  // innermost open scope of this thread
 
 TensorInfo info(const Tensor& t, std::string_view memory) {
   return {.shape = t.shape(), .dtype = t.dtype(), .memory = std::string(memory)};
 }
 
-void push(OpRecord&& r) {
+void push(OpRecord&& r, std::unique_ptr<DeviceTimes> times = nullptr) {
   const std::lock_guard lock(g_mutex);
   r.global_call_count = ++g_call_count;
+  if (times) g_pending.emplace_back(g_records.size(), std::move(times));
   g_records.push_back(std::move(r));
 }
 }  // namespace
@@ -70,11 +74,16 @@ void signpost(std::string_view name) {
 
 std::vector<OpRecord> records() {
   const std::lock_guard lock(g_mutex);
+  for (auto& [index, times] : g_pending) {
+    std::tie(g_records[index].start_ns, g_records[index].end_ns) = times->resolve();
+  }
+  g_pending.clear();
   return g_records;
 }
 
 void clear() {
   const std::lock_guard lock(g_mutex);
+  g_pending.clear();
   g_records.clear();
   g_call_count = 0;
 }
@@ -115,7 +124,8 @@ OpScope::~OpScope() {
   // A recorded descendant makes every enclosing scope composite, not only the direct parent.
   if (parent_) parent_->child_recorded_ = true;
   if (child_recorded_) return;
-  push(std::move(rec_));
+  if (device_times_) device_times_->close();
+  push(std::move(rec_), std::move(device_times_));
 }
 
 OpScope& OpScope::input(const Tensor& t, std::string_view memory) {
@@ -145,6 +155,11 @@ OpScope& OpScope::bytes(std::int64_t n) {
 
 OpScope& OpScope::flops(double n) {
   rec_.flops = n;
+  return *this;
+}
+
+OpScope& OpScope::device_times(std::unique_ptr<DeviceTimes> times) {
+  if (active_) device_times_ = std::move(times);
   return *this;
 }
 

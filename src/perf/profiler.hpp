@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,7 +31,9 @@ std::int64_t now_ns();
 /// Records a zero-duration signpost; "start" and "stop" bound the measured region.
 void signpost(std::string_view name);
 
-/// The records of this process so far, in call order (a copy), and clear().
+/// The records of this process so far, in call order (a copy), and clear(). records() first
+/// resolves the device times of scopes timed on a device (OpScope::device_times), waiting for
+/// those devices.
 std::vector<OpRecord> records();
 void clear();
 
@@ -45,6 +48,19 @@ class Session {
 
  private:
   bool was_enabled_;
+};
+
+/// The device-side times of one op that runs asynchronously on a device (CUDA events on a GPU
+/// stream: src/gpu/op_timer.hpp), for an OpScope that must not wait for it: marked when the
+/// scope opens and closes, turned into steady-clock nanoseconds only when the records are read.
+class DeviceTimes {
+ public:
+  virtual ~DeviceTimes() = default;
+  /// The scope closes: mark the op's end (queue it; never wait for the device).
+  virtual void close() = 0;
+  /// The op's start and end in steady-clock nanoseconds; may wait for the device. Called once,
+  /// by records(), for a scope that was recorded.
+  virtual std::pair<std::int64_t, std::int64_t> resolve() = 0;
 };
 
 /// RAII scope of one op call. Opened at the top of the op (start time), given the inputs,
@@ -86,6 +102,10 @@ class OpScope {
   /// The attributes, bytes and flops of `captured` (the record of the call that a trace replay
   /// reruns), replacing this scope's.
   OpScope& like(const OpRecord& captured);
+  /// Takes the op's start and end from `times` instead of the host clock (an op queued on a
+  /// device): the record keeps the host times until records() resolves it. Ignored (dropped)
+  /// when the scope is not active.
+  OpScope& device_times(std::unique_ptr<DeviceTimes> times);
 
   /// While the profiler records: `f` gets the record of the innermost open scope when that
   /// scope closes without an exception (its attributes, bytes and flops are final then),
@@ -102,6 +122,7 @@ class OpScope {
   OpScope* parent_ = nullptr;
   bool child_recorded_ = false;
   OpRecord rec_;
+  std::unique_ptr<DeviceTimes> device_times_;
   std::vector<std::function<void(const OpRecord&)>> on_close_;
 };
 
