@@ -176,5 +176,18 @@ TEST(F16, AllPatternsRoundTripThroughF32) {
   }
 }
 
+TEST(F16, IsADTypeOfTwoBytes) {
+  EXPECT_EQ(dtype_size(DType::f16), 2u);
+  EXPECT_EQ(dtype_name(DType::f16), "f16");
+  EXPECT_EQ(dtype_from_name("f16"), DType::f16);
+  EXPECT_EQ(dtype_of<f16>(), DType::f16);
+  EXPECT_TRUE(is_floating(DType::f16));
+  EXPECT_TRUE(widens_to_f32(DType::f16) && widens_to_f32(DType::bf16));
+  EXPECT_FALSE(widens_to_f32(DType::f32));
+  // Appended: the values of the older dtypes stay as they were.
+  EXPECT_EQ(static_cast<int>(DType::u8), 5);
+  EXPECT_EQ(static_cast<int>(DType::f16), 6);
+}
+
 }  // namespace
 }  // namespace meshtest

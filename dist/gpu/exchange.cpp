@@ -133,6 +133,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclFloat64;
     case DType::bf16:
       return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
     case DType::i32:
       return ncclInt32;
     case DType::i64:

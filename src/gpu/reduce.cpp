@@ -31,6 +31,7 @@ Element element_of(DType t, Combine c) {
     case DType::i64:
       return c == Combine::sum ? Element::u64 : Element::i64;
     case DType::u8:
+    case DType::f16:
       break;
   }
   fail("reduce_terms: dtype {} cannot be reduced", t);

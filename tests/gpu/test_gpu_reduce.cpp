@@ -46,7 +46,7 @@ Tensor reference(const std::vector<Tensor>& terms, Reduce op) {
   const Tensor& first = terms.front();
   Tensor out(first.shape(), first.dtype());
   visit_dtype(first.dtype(), [&]<class T>(type_tag<T>) {
-    using Float = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+    using Float = std::conditional_t<widens_to_f32(dtype_of<T>()), float, T>;
     using A = typename SumType<Float>::type;
     const auto p = static_cast<std::int64_t>(terms.size());
     for (std::int64_t k = 0; k < first.numel(); ++k) {
