@@ -55,7 +55,7 @@ void check_reduction(DType t, Reduce op, std::string_view what) {
                       what, reduce_op_name(reduce_op_of(op)));
   MESHTEST_DIST_CHECK(op != Reduce::avg || is_floating(t),
                       "{}: reduce op avg is not supported for dtype {} (avg is defined for f32, "
-                      "f64 and bf16)",
+                      "f64, bf16 and f16)",
                       what, t);
 }
 
