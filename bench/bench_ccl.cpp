@@ -118,11 +118,12 @@ std::int64_t parse_bytes(const std::string& s, std::string_view opt) {
   return static_cast<std::int64_t>(bytes);
 }
 
-/// nccl-tests dtype names (float, double, bfloat16, int32, int64) and meshtest's (f32, ...).
+/// nccl-tests dtype names (float, double, bfloat16, half, int32, int64) and meshtest's (f32, ...).
 DType parse_dtype(const std::string& s) {
   if (s == "float") return DType::f32;
   if (s == "double") return DType::f64;
   if (s == "bfloat16") return DType::bf16;
+  if (s == "half" || s == "float16") return DType::f16;
   if (s == "int32" || s == "int") return DType::i32;
   if (s == "int64") return DType::i64;
   const DType t = dtype_from_name(s);
@@ -304,7 +305,7 @@ int parse(int argc, char** argv, Options& o) {
       "iters,n", po::value(&o.iters)->default_value(20), "timed iterations per round")(
       "warmup_iters,w", po::value(&o.warmup)->default_value(5), "untimed warm-up iterations")(
       "check,c", po::value(&o.check)->default_value(1), "verify results exactly (0/1)")(
-      "datatype,d", po::value(&d)->default_value(d), "float, double, bfloat16, int32, int64")(
+      "datatype,d", po::value(&d)->default_value(d), "float, double, bfloat16, half, int32, int64")(
       "redop,o", po::value(&redop)->default_value(redop), "reduce op: sum, max, min, avg")(
       "op", po::value(&ops)->default_value(ops),
       "CCLs, comma-separated: all_reduce, all_gather, reduce_scatter, all_to_all, or all")(

@@ -181,11 +181,12 @@ std::int64_t wrong_after(MPI_Comm comm, NcclGroup& g, DeviceTensor& out, const T
 }
 
 /// Whether NCCL's reductions give the case table's bits in any order of additions: its inputs
-/// are integers in -8..8, so sums of up to 32 terms are exact in every dtype (bf16 included) and
-/// in the others at any p this bench runs; max and min are exact; avg is exact when p is a power
-/// of two (each term times 1/p, or the sum divided by p, is then exact too).
+/// are integers in -8..8, so sums of up to 32 terms are exact in bf16 (integers to 256), of up to
+/// 256 in f16 (to 2048), and in the others at any p this bench runs; max and min are exact; avg
+/// is exact when p is a power of two (each term times 1/p, or the sum divided by p, is then exact
+/// too).
 bool nccl_order_free(const Options& o, int p) {
-  const bool sums = o.dtype != DType::bf16 || p <= 32;
+  const bool sums = o.dtype == DType::bf16 ? p <= 32 : o.dtype != DType::f16 || p <= 256;
   switch (o.redop) {
     case ReduceOp::max:
     case ReduceOp::min:

@@ -121,7 +121,7 @@ void print_gpu_header(const Options& o, CclOp op, std::string_view nccl, int p, 
       !reduces || order_free
           ? ""
           : " (N/A: NCCL's order of additions may change the bits here: bf16 sums beyond 32 "
-            "ranks, avg at a p that is not a power of two)");
+            "ranks, f16 sums beyond 256, avg at a p that is not a power of two)");
   std::string groups = fmt::format("#{:32}  {:^40}", "", "meshtest default (exact)");
   std::array<std::string, 2> lines{fmt::format("#{:>12} {:>12} {:>6}", "size", "count", "type"),
                                    fmt::format("#{:>12} {:>12} {:>6}", "(B)", "(elements)", "")};

@@ -187,6 +187,19 @@ TEST(CclBadInput, MixedDtypes) {
       2);
 }
 
+TEST(CclBadInput, F16AndBf16AreTwoDtypes) {
+  // Both are 2 bytes an element: the agreement tells them apart by dtype, not by size.
+  for_each_group(
+      [](const MeshDevice& mesh, int axis) {
+        const Tensor x = iota(kShape, mesh.axis_index(axis) == 0 ? DType::f16 : DType::bf16);
+        const std::string first =
+            fmt::format("device {} (axis index 0) passes f16", device_at(mesh, axis, 0));
+        expect_error(mesh, axis, "all_reduce", [&] { all_reduce(mesh, x, {.axis = axis}); },
+                     {"mixed dtypes across the group", first, "passes bf16"});
+      },
+      2);
+}
+
 TEST(CclBadInput, ShapesDisagree) {
   for_each_group(
       [](const MeshDevice& mesh, int axis) {

@@ -1,6 +1,6 @@
 // The table of collective cases (dist/ccl/cases.hpp) on its own, locally: its closed-form
-// expected outputs against references built from every device's materialized input, bf16 sums
-// exact at any group size, the rows' names and bus factors, and bad calls.
+// expected outputs against references built from every device's materialized input, bf16 and
+// f16 sums exact at any group size, the rows' names and bus factors, and bad calls.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -52,7 +52,7 @@ Tensor reduce_ref(const std::vector<Tensor>& xs, ReduceOp op) {
   }
   if (op == ReduceOp::avg) a /= static_cast<double>(xs.size());
   const DType t = xs.front().dtype();
-  return t == DType::bf16 ? acc.astype(DType::f32).astype(t) : acc.astype(t);
+  return widens_to_f32(t) ? acc.astype(DType::f32).astype(t) : acc.astype(t);
 }
 
 void expect_expected(const CclCall& c, int i, const Tensor& want) {
@@ -65,7 +65,7 @@ TEST(CclCases, ReductionsEqualTheInputsReduced) {
   const Shape base{2, 3, 2};
   for (const std::vector<int>& g : groups()) {
     const int p = static_cast<int>(g.size());
-    for (DType t : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64}) {
+    for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64}) {
       for (ReduceOp r : {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::avg}) {
         if (r == ReduceOp::avg && !is_floating(t)) continue;
         SCOPED_TRACE(fmt::format("p {} from device {}, {} {}", p, g[0], t, reduce_op_name(r)));
@@ -134,19 +134,22 @@ TEST(CclCases, RearrangementsEqualTheInputsRearranged) {
 }
 
 // 17 consecutive devices of an axis whose stride 17 does not divide cancel: the sum over a whole
-// group stays within +-36 and is exact in bf16 at any p.
-TEST(CclCases, SumsAreExactInBf16AtAnyGroupSize) {
+// group stays within +-36 and is exact in bf16 and f16 at any p.
+TEST(CclCases, SumsAreExactInBf16AndF16AtAnyGroupSize) {
   for (int stride : {1, 2, 3, 8, 16, 18}) {
     for (int p = 1; p <= 200; ++p) {
       std::vector<int> g;
       for (int k = 0; k < p; ++k) g.push_back(1 + k * stride);
-      CclCall c{.op = CclOp::all_reduce, .dtype = DType::bf16, .devices = g, .shape = Shape{17}};
-      const Tensor bf = ccl_case(c.op).expected(c, 0);
-      c.dtype = DType::f64;
+      CclCall c{.op = CclOp::all_reduce, .dtype = DType::f64, .devices = g, .shape = Shape{17}};
       const Tensor exact = ccl_case(c.op).expected(c, 0);
-      for (std::int64_t k = 0; k < 17; ++k) {
-        ASSERT_EQ(bf.item(k), exact.item(k)) << "stride " << stride << ", p " << p << ", k " << k;
-        ASSERT_LE(std::abs(exact.item(k)), 36) << "stride " << stride << ", p " << p;
+      for (DType t : {DType::bf16, DType::f16}) {
+        c.dtype = t;
+        const Tensor narrow = ccl_case(c.op).expected(c, 0);
+        for (std::int64_t k = 0; k < 17; ++k) {
+          ASSERT_EQ(narrow.item(k), exact.item(k))
+              << dtype_name(t) << ", stride " << stride << ", p " << p << ", k " << k;
+          ASSERT_LE(std::abs(exact.item(k)), 36) << "stride " << stride << ", p " << p;
+        }
       }
     }
   }

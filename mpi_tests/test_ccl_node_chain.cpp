@@ -2,7 +2,7 @@
 // within each node through shared memory and chained between nodes in axis order. On one
 // machine the nodes are cut by ShmGroup::set_node_size_for_testing; across simulated hosts
 // (label multinode) they are the hosts. Expected values are plain loops over every device's
-// input in axis order, in the accumulator type (f32 for bf16, rounded once): bit for bit.
+// input in axis order, in the accumulator type (f32 for bf16 and f16, rounded once): bit for bit.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -93,14 +93,17 @@ MeshDevice established_line(int q) {
 }
 
 /// Device j's input: normal values scaled by 2^(j % 13) and then by 4^(k % 7) per element, so
-/// that reordering the additions changes the rounding; integers for the integer dtypes.
+/// that reordering the additions changes the rounding (f16, whose range is narrower, by 2^-14
+/// more: its sums stay finite); integers for the integer dtypes.
 Tensor input(std::int64_t n, DType t, int j) {
   const RandomKey key{.seed = 11, .stream = static_cast<std::uint64_t>(j)};
   if (!is_floating(t)) return random_integers(Shape{n}, t, key, -1000000, 1000000);
   Tensor x = random_normal(Shape{n}, DType::f64, key);
   auto v = x.span<double>();
+  const double scale = t == DType::f16 ? 0x1p-14 : 1.0;
   for (std::int64_t k = 0; k < n; ++k) {
-    v[static_cast<std::size_t>(k)] *= static_cast<double>(1 << (j % 13)) * (1 << 2 * (k % 7));
+    v[static_cast<std::size_t>(k)] *=
+        scale * static_cast<double>(1 << (j % 13)) * (1 << 2 * (k % 7));
   }
   return x.astype(t);
 }
@@ -142,6 +145,8 @@ Tensor reference(const std::vector<Tensor>& xs, ReduceOp op) {
       return reference_as<double, double>(xs, op);
     case DType::bf16:
       return reference_as<bf16, float>(xs, op);
+    case DType::f16:
+      return reference_as<f16, float>(xs, op);
     case DType::i32:
       return reference_as<std::int32_t, std::int32_t>(xs, op);
     case DType::i64:
@@ -168,7 +173,7 @@ void expect_axis_order_bits(const MeshDevice& mesh, int axis, const NodeChain& c
   MPI_Comm_rank(comm, &me);
   const bool full = coverage == Coverage::full;
   const std::vector<DType> dtypes =
-      full ? std::vector{DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64}
+      full ? std::vector{DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64}
            : std::vector{DType::f32, DType::bf16};
   const std::vector<ReduceOp> ops =
       full ? std::vector{ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}

@@ -1,10 +1,13 @@
 // The reduction rule of every CCL path (dist/ccl/reduce.hpp): the p terms combined in axis
-// order, bf16 accumulated in f32 and rounded once, the same bits on the shared-memory and the
-// MPI path; and the shared-memory path's traffic, checked against its closed form.
+// order, bf16 and f16 accumulated in f32 and rounded once, the same bits on the shared-memory
+// and the MPI path; and the shared-memory path's traffic, checked against its closed form.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <fmt/format.h>
+
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +22,7 @@ namespace {
 
 using detail::ShmGroup;
 
-/// Device j's term: random bf16 (or f32) values of spread-out magnitudes, so that rounding
+/// Device j's term: random bf16, f16 (or f32) values of spread-out magnitudes, so that rounding
 /// after every addition and rounding once give different bits on many elements.
 Tensor term(const Shape& shape, DType t, int j) {
   const Tensor x =
@@ -57,30 +60,63 @@ MeshDevice line_on(bool shm) {
 
 class CclReduce : public ::testing::TestWithParam<bool> {};
 
-TEST_P(CclReduce, Bf16AccumulatesInF32AndRoundsOnce) {
+TEST_P(CclReduce, TwoByteFloatsAccumulateInF32AndRoundOnce) {
   const MeshDevice mesh = line_on(GetParam());
   const int p = mesh.size(), me = mesh.device_id();
-  // Device 0 holds 256, every other device 1: rounding after each addition keeps 256 for
-  // ever (257 rounds to even); rounding once gives 256 + p - 1 rounded once (exact for odd p).
-  Tensor x(Shape{2 * p + 3}, DType::bf16);
-  x.fill(me == 0 ? 256.0 : 1.0);
-  const auto once = static_cast<double>(bf16(static_cast<float>(256 + p - 1)));
-  EXPECT_EQ(all_reduce(mesh, x).astype(DType::f64).span<double>()[0], once);
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
-    SCOPED_TRACE(reduce_op_name(op));
-    const Shape shape{p * 37, 5};
-    const Tensor want = reference(shape, DType::bf16, p, op);
-    const Tensor got = all_reduce(mesh, term(shape, DType::bf16, me), {.op = op});
-    EXPECT_TRUE(got.bitwise_equal(want)) << "all_reduce";
-    Tensor inplace = term(shape, DType::bf16, me);
-    all_reduce_inplace(mesh, inplace, {.op = op});
-    EXPECT_TRUE(inplace.bitwise_equal(want)) << "all_reduce_inplace";
-    for (int dim : {0, 1}) {
-      const Shape s = dim == 0 ? shape : Shape{5, p * 37};
-      const Tensor full = reference(s, DType::bf16, p, op);
-      const Tensor rs = reduce_scatter(mesh, term(s, DType::bf16, me), {.dim = dim, .op = op});
-      EXPECT_TRUE(rs.bitwise_equal(full.slice(dim, me * 37, 37))) << "reduce_scatter dim " << dim;
+  // big: the first power of two whose ulp is 2 (bf16 256, f16 2048).
+  for (const auto& [t, big] : {std::pair{DType::bf16, 256}, std::pair{DType::f16, 2048}}) {
+    SCOPED_TRACE(fmt::format("{}", t));
+    // Device 0 holds big, every other device 1: rounding after each addition keeps big for ever
+    // (big + 1 rounds to even); rounding once gives big + p - 1 rounded once (exact for odd p).
+    Tensor x(Shape{2 * p + 3}, t);
+    x.fill(me == 0 ? big : 1.0);
+    const double once =
+        Tensor::from_vector<float>(Shape{1}, {static_cast<float>(big + p - 1)}).astype(t).item(0);
+    if (p >= 3) {
+      EXPECT_NE(once, big);
     }
+    EXPECT_EQ(all_reduce(mesh, x).item(0), once);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      SCOPED_TRACE(reduce_op_name(op));
+      const Shape shape{p * 37, 5};
+      const Tensor want = reference(shape, t, p, op);
+      const Tensor got = all_reduce(mesh, term(shape, t, me), {.op = op});
+      EXPECT_TRUE(got.bitwise_equal(want)) << "all_reduce";
+      Tensor inplace = term(shape, t, me);
+      all_reduce_inplace(mesh, inplace, {.op = op});
+      EXPECT_TRUE(inplace.bitwise_equal(want)) << "all_reduce_inplace";
+      for (int dim : {0, 1}) {
+        const Shape s = dim == 0 ? shape : Shape{5, p * 37};
+        const Tensor full = reference(s, t, p, op);
+        const Tensor rs = reduce_scatter(mesh, term(s, t, me), {.dim = dim, .op = op});
+        EXPECT_TRUE(rs.bitwise_equal(full.slice(dim, me * 37, 37))) << "reduce_scatter dim " << dim;
+      }
+    }
+  }
+}
+
+TEST_P(CclReduce, F16RoundsOnceBelowItsUlpAndAtItsEdges) {
+  // Crafted f16 sums whose one rounding differs from a rounding after each addition: device 0
+  // holds the first value, every other device half its ulp (the least subnormal for 2^-13), so
+  // each step's tie rounds back to the even first value while the exact sum moves past it; and
+  // 65504 plus terms of 8 that reach the tie to Inf (65520) only together.
+  const MeshDevice mesh = line_on(GetParam());
+  const int p = mesh.size(), me = mesh.device_id();
+  const std::vector<double> first = {1.0, 0x1p-13, 65504.0, -2048.0};
+  const std::vector<double> other = {0x1p-11, 0x1p-24, 8.0, -1.0};
+  const Tensor x = Tensor::from_vector(Shape{4}, me == 0 ? first : other).astype(DType::f16);
+  std::vector<float> acc(first.begin(), first.end());
+  for (int j = 1; j < p; ++j) {
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += static_cast<float>(other[i]);
+  }
+  const Tensor want = Tensor::from_vector(Shape{4}, acc).astype(DType::f16);
+  const Tensor got = all_reduce(mesh, x);
+  EXPECT_TRUE(got.bitwise_equal(want));
+  if (p >= 3) {  // each step's rounding would keep 1, 2^-13, 65504 and -2048
+    EXPECT_GT(got.item(0), 1.0);
+    EXPECT_GT(got.item(1), 0x1p-13);
+    EXPECT_EQ(got.item(2), INFINITY);
+    EXPECT_LT(got.item(3), -2048.0);
   }
 }
 

@@ -20,7 +20,8 @@ namespace {
 
 using detail::ShmGroup;
 
-constexpr DType kTypes[] = {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64};
+constexpr DType kTypes[] = {DType::f32, DType::bf16, DType::f16,
+                            DType::f64, DType::i32,  DType::i64};
 
 /// Device j's input values: integers in [-8, 8], so every sum, max and min is exact in every
 /// dtype.

@@ -184,12 +184,23 @@ TEST(Ulp, Bf16) {
   EXPECT_EQ(ulp_distance(bf16(1.0f), bf16_bits(0x7FC0)), kUlpNaN);
 }
 
+TEST(Ulp, F16) {
+  EXPECT_EQ(ulp_distance(f16(1.0f), f16(2.0f)), 1024u);  // 10 fraction bits
+  EXPECT_EQ(ulp_distance(f16::from_bits(0x3c00), f16::from_bits(0x3c01)), 1u);
+  EXPECT_EQ(ulp_distance(f16(-0.0f), f16(0.0f)), 0u);
+  EXPECT_EQ(ulp_distance(f16::from_bits(0x8001), f16::from_bits(0x0001)), 2u);
+  EXPECT_EQ(ulp_distance(f16::from_bits(0x7bff), f16::from_bits(0x7c00)), 1u);  // 65504 to Inf
+  EXPECT_EQ(ulp_distance(f16(1.0f), f16::from_bits(0x7e00)), kUlpNaN);
+  EXPECT_EQ(ulp_distance(f16::from_bits(0xfc01), f16(1.0f)), kUlpNaN);
+}
+
 TEST(Ulp, TensorsInTheirOwnDtype) {
   const float next = std::nextafter(1.0f, 2.0f);
   EXPECT_EQ(ulp_distance(f32({1, 1, 4}), f32({next, 1, 4})), 1u);
   EXPECT_EQ(ulp_distance(f32({1, 2}), f32({2, 2})), 1u << 23);
   EXPECT_EQ(ulp_distance(f64({1, 2}), f64({2, 2})), std::uint64_t{1} << 52);
   EXPECT_EQ(ulp_distance(f32({1, 2}).astype(DType::bf16), f32({2, 2}).astype(DType::bf16)), 128u);
+  EXPECT_EQ(ulp_distance(f32({1, 2}).astype(DType::f16), f32({2, 2}).astype(DType::f16)), 1024u);
   EXPECT_EQ(ulp_distance(f32({1, 2}), f32({1, std::nanf("")})), kUlpNaN);
   EXPECT_EQ(ulp_distance(f32({}), f32({})), 0u);
   EXPECT_THROW(ulp_distance(f32({1}), f64({1})), Error);

@@ -90,6 +90,8 @@ TEST(Npy, HeaderIsByteExactWithNumpy) {
        23},
       {Tensor(Shape{3}, DType::i32), "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }",
        60},
+      {Tensor(Shape{2}, DType::f16), "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }",
+       60},
   };
   for (const Case& c : cases) {
     const std::string header = c.dict + std::string(c.spaces, ' ') + "\n";
@@ -119,6 +121,13 @@ TEST(Npy, ReadsOtherWritersHeaders) {
   ASSERT_EQ(b.dtype(), DType::bf16);
   EXPECT_EQ(b.item(0), 1.0);
   EXPECT_EQ(b.item(1), -2.0);
+  // '<f2' (np.save of a float16 array): IEEE binary16, 0x3c00 = 1.0, 0xc000 = -2.0.
+  const std::string v2h = v1_file("{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }\n",
+                                  std::string("\x00\x3c\x00\xc0", 4));
+  const Tensor h = read_npy_bytes(bytes_of(v2h), "v2h");
+  ASSERT_EQ(h.dtype(), DType::f16);
+  EXPECT_EQ(h.item(0), 1.0);
+  EXPECT_EQ(h.item(1), -2.0);
 }
 
 // Expects read_npy_bytes to throw an Error that names the source and contains `what`.
@@ -147,8 +156,9 @@ TEST(Npy, BadInputGivesClearErrors) {
   expect_bad(std::string("\x93NUMPY\x02\x00\x00\x00", 10), "truncated .npy");
   expect_bad(v1_prefix(200) + "{'descr': '<f4'", "truncated .npy header");
   expect_bad(v1_file(dict("<f4", "True", "(2, 3)"), ok_data), "Fortran order");
-  for (const char* descr : {">f4", "<f2", "|b1", "<u2", "<c8", "O"}) {
-    expect_bad(v1_file(dict(descr, "False", "(2, 3)"), ok_data), "is not supported");
+  for (const char* descr : {">f4", ">f2", "|b1", "<u2", "<c8", "O"}) {
+    expect_bad(v1_file(dict(descr, "False", "(2, 3)"), ok_data),
+               "is not supported (expected '<f4', '<f8', '<f2',");
   }
   // Headers that do not parse.
   for (const std::string& h :

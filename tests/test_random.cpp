@@ -63,6 +63,7 @@ TEST(Random, NarrowFloatsRoundFromDouble) {
   const Tensor wide = random_normal(s, DType::f64, {.seed = 8});
   EXPECT_TRUE(random_normal(s, DType::f32, {.seed = 8}).bitwise_equal(wide.astype(DType::f32)));
   EXPECT_TRUE(random_normal(s, DType::bf16, {.seed = 8}).bitwise_equal(wide.astype(DType::bf16)));
+  EXPECT_TRUE(random_normal(s, DType::f16, {.seed = 8}).bitwise_equal(wide.astype(DType::f16)));
 }
 
 TEST(Random, ShardEqualsSliceOfWholeForEveryDimAndDtype) {
@@ -119,7 +120,7 @@ TEST(Random, UniformInRangeAndSpread) {
   EXPECT_GE(v.minCoeff(), -2.0);
   EXPECT_LT(v.maxCoeff(), 3.0);
   EXPECT_NEAR(v.mean(), 0.5, 5.0 * 5.0 / std::sqrt(12.0 * n));
-  for (DType d : {DType::f32, DType::bf16}) {  // rounding may reach hi, never beyond
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {  // rounding may reach hi, never beyond
     const Tensor r = random_uniform(Shape{n}, d, {.seed = 1}, -2.0, 3.0).astype(DType::f64);
     EXPECT_GE(r.vector<double>().minCoeff(), -2.0) << dtype_name(d);
     EXPECT_LE(r.vector<double>().maxCoeff(), 3.0) << dtype_name(d);
@@ -160,6 +161,8 @@ TEST(Random, BadInputThrows) {
   EXPECT_THROW(random_integers(Shape{3}, DType::u8, k, -1, 3), Error);
   EXPECT_THROW(random_integers(Shape{3}, DType::u8, k, 0, 256), Error);
   EXPECT_THROW(random_integers(Shape{3}, DType::bf16, k, 0, 257), Error);
+  EXPECT_THROW(random_integers(Shape{3}, DType::f16, k, -2049, 0), Error);
+  EXPECT_NO_THROW(random_integers(Shape{3}, DType::f16, k, -2048, 2048));
   EXPECT_THROW(random_integers(Shape{3}, DType::f32, k, 0, (1 << 24) + 1), Error);
   EXPECT_THROW(random_integers(Shape{3}, DType::i32, k, 0, std::int64_t{1} << 31), Error);
   EXPECT_THROW(random_integers(Shape{3}, DType::i32, k, -(std::int64_t{1} << 31) - 1, 0), Error);

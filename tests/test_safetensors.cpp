@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -145,6 +146,26 @@ TEST_F(Safetensors, ReadsOtherWritersFiles) {
   EXPECT_EQ(f.info("b").end, 12u);
 }
 
+// F16 as other writers store it (IEEE binary16, little-endian), read and written back.
+TEST_F(Safetensors, F16ReadsAndWritesIeeeHalf) {
+  const std::string header = R"({"h": {"dtype": "F16", "shape": [2, 2], "data_offsets": [0, 8]}})";
+  const std::string data("\x00\x3c\x00\xc0\xff\x7b\x01\x00", 8);  // 1, -2, 65504, 2^-24
+  const SafetensorsFile f = SafetensorsFile::open(put("h.safetensors", st_file(header, data)));
+  const Tensor h = f.read("h");
+  EXPECT_EQ(h.dtype(), DType::f16);
+  EXPECT_EQ(h.shape(), (Shape{2, 2}));
+  EXPECT_EQ(h.item(0), 1.0);
+  EXPECT_EQ(h.item(1), -2.0);
+  EXPECT_EQ(h.item(2), 65504.0);
+  EXPECT_EQ(h.item(3), std::ldexp(1.0, -24));
+  const fs::path p = dir_ / "w.safetensors";
+  write_safetensors(p, {{"h", h}});
+  const std::string written = slurp(p);
+  EXPECT_NE(written.find(R"("dtype":"F16")"), std::string::npos);
+  EXPECT_EQ(written.substr(written.size() - 8), data);
+  EXPECT_TRUE(SafetensorsFile::open(p).read("h").bitwise_equal(h));
+}
+
 TEST_F(Safetensors, BadFilesGiveClearErrors) {
   const std::string d8(8, '\0');
   const auto entry = [](const std::string& body) { return R"({"t": {)" + body + "}}"; };
@@ -163,9 +184,9 @@ TEST_F(Safetensors, BadFilesGiveClearErrors) {
   expect_bad(entry(R"("shape": [2], "data_offsets": [0, 8])"), d8, "missing field 'dtype'");
   expect_bad(entry(R"("dtype": "F32", "data_offsets": [0, 8])"), d8, "missing field 'shape'");
   expect_bad(entry(R"("dtype": "F32", "shape": [2])"), d8, "missing field 'data_offsets'");
-  for (const char* dt : {R"("F16")", R"("BOOL")", R"("f32")"}) {
+  for (const char* dt : {R"("F8_E4M3")", R"("BOOL")", R"("f32")", R"("f16")"}) {
     expect_bad(entry(fmt::format(R"("dtype": {}, "shape": [4], "data_offsets": [0, 8])", dt)), d8,
-               "is not supported");
+               "is not supported (expected one of F32, F64, BF16, F16, I32, I64, U8)");
   }
   expect_bad(entry(R"("dtype": 32, "shape": [2], "data_offsets": [0, 8])"), d8, "not a string");
   for (const char* sh : {"[-2]", "[2.0]", "2", R"(["2"])", "[1, 1, 1, 1, 1, 1, 2]",

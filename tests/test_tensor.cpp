@@ -1,6 +1,8 @@
 // Tensor, Shape and the array_split rule.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "src/core/tensor.hpp"
 
 namespace meshtest {
@@ -54,7 +56,8 @@ TEST(Tensor, BadInputThrows) {
   EXPECT_THROW(split(t, -1, 0), Error);
   EXPECT_TRUE(split(t, 0, 0).empty());
   EXPECT_THROW((Shape{1, 2, 3, 4, 5, 6, 7}), Error);
-  EXPECT_THROW(dtype_from_name("f16"), Error);
+  EXPECT_THROW(dtype_from_name("f8"), Error);
+  EXPECT_THROW(dtype_from_name("F16"), Error);
 }
 
 TEST(Tensor, AstypeRoundsBf16) {
@@ -63,6 +66,40 @@ TEST(Tensor, AstypeRoundsBf16) {
   EXPECT_EQ(b.item(0), 1.0);
   EXPECT_EQ(b.item(1), 1.0);  // 1 + 2^-8 ties to even -> 1
   EXPECT_EQ(b.item(2), 3.5);
+}
+
+TEST(Tensor, AstypeToAndFromF16) {
+  // From f64: one rounding to nearest even; 1 + 2^-11 + 2^-30 would round to 1 through f32.
+  const std::vector<double> v = {1.0,      1 + 0x1p-11, 1 + 0x1p-11 + 0x1p-30, 65520.0,
+                                 -65519.0, 0x1p-25,     3 * 0x1p-25,           -0.0,
+                                 2049.0,   7.75};
+  const std::vector<double> want = {1.0, 1.0,         1 + 0x1p-10, INFINITY, -65504.0,
+                                    0.0, 2 * 0x1p-24, -0.0,        2048.0,   7.75};
+  const Tensor h = Tensor::from_vector(Shape{2, 5}, v).astype(DType::f16);
+  ASSERT_EQ(h.dtype(), DType::f16);
+  for (std::int64_t i = 0; i < h.numel(); ++i) {
+    EXPECT_EQ(h.item(i), want[static_cast<std::size_t>(i)]) << "element " << i;
+  }
+  EXPECT_TRUE(std::signbit(h.item(7)));
+  // Back to every dtype: floats exactly, integers truncated, bf16 rounded once (7.75 -> 7.75).
+  EXPECT_TRUE(h.astype(DType::f64).astype(DType::f16).bitwise_equal(h));
+  EXPECT_TRUE(h.astype(DType::f32).astype(DType::f16).bitwise_equal(h));
+  EXPECT_EQ(h.astype(DType::f32).item(2), 1 + 0x1p-10);
+  EXPECT_EQ(h.astype(DType::bf16).item(9), 7.75);
+  EXPECT_EQ(h.astype(DType::bf16).item(2), 1.0);  // 2^-10 is below half of bf16's ulp at 1
+  const Tensor ints = Tensor::from_vector<double>(Shape{3}, {-3.5, 2.0, 255.0}).astype(DType::f16);
+  EXPECT_TRUE(ints.astype(DType::i32)
+                  .bitwise_equal(Tensor::from_vector<std::int32_t>(Shape{3}, {-3, 2, 255})));
+  EXPECT_EQ(ints.astype(DType::u8).item(2), 255.0);
+  EXPECT_TRUE(
+      Tensor::from_vector<std::int64_t>(Shape{2}, {2049, -7})
+          .astype(DType::f16)
+          .bitwise_equal(Tensor::from_vector<double>(Shape{2}, {2048, -7}).astype(DType::f16)));
+  // fill and item: the value rounded once.
+  Tensor filled(Shape{3}, DType::f16);
+  filled.fill(1 + 0x1p-11 + 0x1p-30);
+  EXPECT_EQ(filled.item(2), 1 + 0x1p-10);
+  EXPECT_EQ(describe(filled), "f16[3]");
 }
 
 }  // namespace

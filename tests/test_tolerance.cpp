@@ -28,7 +28,9 @@ TEST(ErrorModel, UnitRoundoffs) {
   EXPECT_EQ(unit_roundoff(DType::f64), std::ldexp(1.0, -53));
   EXPECT_EQ(unit_roundoff(DType::f32), std::ldexp(1.0, -24));
   EXPECT_EQ(unit_roundoff(DType::bf16), std::ldexp(1.0, -8));
+  EXPECT_EQ(unit_roundoff(DType::f16), std::ldexp(1.0, -11));
   EXPECT_EQ(accumulation_roundoff(DType::bf16), std::ldexp(1.0, -24));  // bf16 adds in f32
+  EXPECT_EQ(accumulation_roundoff(DType::f16), std::ldexp(1.0, -24));   // so does f16
   EXPECT_EQ(accumulation_roundoff(DType::f64), std::ldexp(1.0, -53));
   expect_error([] { unit_roundoff(DType::i32); }, {"unit_roundoff", "i32"});
 }

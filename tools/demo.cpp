@@ -204,7 +204,7 @@ int demo(int argc, char** argv, int rank, int np) {
   add("size", po::value<std::int64_t>()->default_value(4096),
       "elements per device: each input is [size/16 + 1, 16] (uneven splits)");
   add("dtypes", po::value<std::string>()->default_value("f32,bf16"),
-      "comma-separated list of f32, f64, bf16, i32, i64");
+      "comma-separated list of f32, f64, bf16, f16, i32, i64");
   add("iters", po::value<int>()->default_value(20), "measured iterations per row");
   add("warmup", po::value<int>()->default_value(3), "warm-up iterations per row");
   po::variables_map vm;

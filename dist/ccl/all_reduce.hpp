@@ -14,9 +14,9 @@ namespace meshtest::dist {
 ///
 /// Reduction rule (every path, detail::reduce): element k is x_0[k] op x_1[k] op ... op
 /// x_{p-1}[k] in axis order, computed once on one device and copied to the others, so every
-/// device gets the same bits, and both paths give the same bits. bf16 accumulates all p terms
-/// in f32 and rounds once at the end (avg divides in f32 before that rounding), never once per
-/// addition.
+/// device gets the same bits, and both paths give the same bits. bf16 and f16 accumulate all p
+/// terms in f32 and round once at the end (avg divides in f32 before that rounding), never once
+/// per addition.
 ///
 /// Algorithm: agree on the call (detail::Call: one shared-memory step or one small
 /// MPI_Allreduce), then a reduce-scatter (device i reduces part i) and an all-gather of the

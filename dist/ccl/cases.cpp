@@ -24,11 +24,11 @@ int residue(std::int64_t k) { return static_cast<int>((11 * (k % kPeriod) + 5) %
 int raw_value(int d, int r) { return static_cast<int>((37 * (d % kPeriod) + r) % kPeriod); }
 
 /// A table of kPeriod values in dtype t, indexed by residue: element k of a tensor made from it
-/// holds lut[residue(k)]. From f64 like Tensor::astype (bf16 through f32: one rounding of the
-/// f32 value, as every CCL path rounds its f32 accumulator).
+/// holds lut[residue(k)]. From f64 like Tensor::astype (bf16 and f16 through f32: one rounding
+/// of the f32 value, as every CCL path rounds its f32 accumulator).
 Tensor make_lut(const std::array<double, kPeriod>& v, DType t) {
   const Tensor f = Tensor::from_vector(Shape{kPeriod}, std::vector<double>(v.begin(), v.end()));
-  return t == DType::bf16 ? f.astype(DType::f32).astype(t) : f.astype(t);
+  return widens_to_f32(t) ? f.astype(DType::f32).astype(t) : f.astype(t);
 }
 
 /// Device d's input values by residue.

@@ -17,7 +17,7 @@ std::string_view reduce_op_name(ReduceOp op);
 /// (dist/gpu/ccl.hpp). On host memory every path has the exact numerics.
 enum class Numerics {
   from_env,  ///< MESHTEST_GPU_REDUCE decides: exact (also when unset) or nccl
-  exact,     ///< the CPU path's bits: axis order, bf16 accumulated in f32 and rounded once
+  exact,     ///< the CPU path's bits: axis order, bf16/f16 accumulated in f32 and rounded once
   nccl,      ///< NCCL's own reductions: its order and roundings (tensors on a GPU only)
 };
 

@@ -12,7 +12,7 @@
 namespace meshtest::dist::detail {
 namespace {
 
-// T: the stored type; A: the accumulator (f32 for bf16, unsigned for integer sums).
+// T: the stored type; A: the accumulator (f32 for bf16 and f16, unsigned for integer sums).
 template <class T, class A>
 void reduce_as(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, ReduceOp op,
                const Stage& st) {
@@ -81,6 +81,8 @@ void reduce_stage(std::byte* dst, std::span<const std::byte* const> terms, std::
       return reduce_as<double, double>(dst, terms, n, op, stage);
     case DType::bf16:
       return reduce_as<bf16, float>(dst, terms, n, op, stage);
+    case DType::f16:
+      return reduce_as<f16, float>(dst, terms, n, op, stage);
     case DType::i32:
       return reduce_integer<std::int32_t>(dst, terms, n, op, stage);
     case DType::i64:
@@ -97,6 +99,6 @@ void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_
                {.carry = nullptr, .last = true, .total = static_cast<std::int64_t>(terms.size())});
 }
 
-std::size_t accumulator_size(DType t) { return t == DType::bf16 ? 4 : dtype_size(t); }
+std::size_t accumulator_size(DType t) { return widens_to_f32(t) ? 4 : dtype_size(t); }
 
 }  // namespace meshtest::dist::detail

@@ -1,4 +1,4 @@
-// reduce: the one element-wise reduction of every CCL path (axis order; bf16 in f32).
+// reduce: the one element-wise reduction of every CCL path (axis order; bf16 and f16 in f32).
 #pragma once
 
 #include <cstddef>
@@ -12,14 +12,15 @@ namespace meshtest::dist::detail {
 
 /// dst[k] = terms[0][k] op terms[1][k] op ... op terms[p-1][k] for k < n, combined in this
 /// order (the axis order) on every path of every CCL, so every device and every path (shared
-/// memory, node chain, MPI) give the same bits. bf16 accumulates all p terms in f32 and rounds once
-/// at the end, never once per addition. avg divides the sum by p before that one rounding. Integer
-/// sums wrap (two's complement), as MPI's do. dst may be one of the terms. t must not be u8, and
-/// avg needs a floating t (Call::check_reduce_op has checked both).
+/// memory, node chain, MPI) give the same bits. bf16 and f16 accumulate all p terms in f32 and
+/// round once (to nearest even) at the end, never once per addition. avg divides the sum by p in
+/// f32 (f64 for f64) before that one rounding. Integer sums wrap (two's complement), as MPI's do.
+/// dst may be one of the terms. t must not be u8, and avg needs a floating t
+/// (Call::check_reduce_op has checked both).
 void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
             ReduceOp op);
 
-/// Bytes per element of reduce()'s accumulator: 4 for bf16 (f32), else dtype_size(t).
+/// Bytes per element of reduce()'s accumulator: 4 for bf16 and f16 (f32), else dtype_size(t).
 std::size_t accumulator_size(DType t);
 
 /// Where a reduction of terms that arrive in consecutive groups stands (the node chain's

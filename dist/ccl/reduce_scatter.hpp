@@ -15,7 +15,7 @@ namespace meshtest::dist {
 /// devices get ceil(n/p)); n < p gives some devices an empty slice.
 ///
 /// Reduction rule (every path, detail::reduce): x_0 op x_1 op ... op x_{p-1} in axis order;
-/// bf16 accumulates all p terms in f32 and rounds once (avg divides in f32 first). So the
+/// bf16 and f16 accumulate all p terms in f32 and round once (avg divides in f32 first). So the
 /// result is bit-equal to all_reduce followed by the slice, on either path, at every
 /// plan-cache state.
 ///

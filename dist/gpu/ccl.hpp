@@ -28,10 +28,10 @@ using DeviceTensor = meshtest::gpu::DeviceTensor;
 //    there.
 //  - Numerics (all_reduce, reduce_scatter): opt.numerics, or MESHTEST_GPU_REDUCE when it is
 //    Numerics::from_env (the default): exact (the default; the bits of the host call on the same
-//    values: axis order, bf16 accumulated in f32 and rounded once, avg divided in f32, f64 for
-//    f64) or nccl (NCCL's own reductions: its order and roundings, which vary with its algorithm
-//    and p; equal to exact for integer sums, max and min). Agreed across the group like an
-//    option; a MESHTEST_GPU_REDUCE other than exact or nccl is an Error naming it.
+//    values: axis order, bf16 and f16 accumulated in f32 and rounded once, avg divided in f32, f64
+//    for f64) or nccl (NCCL's own reductions: its order and roundings, which vary with its
+//    algorithm and p; equal to exact for integer sums, max and min). Agreed across the group like
+//    an option; a MESHTEST_GPU_REDUCE other than exact or nccl is an Error naming it.
 //  - Synchronization: x must be complete when the call is made (DeviceTensor's own operations
 //    leave it so; work that a stream queued on it must have finished). The call returns once its
 //    output is complete, having waited by polling (a peer's failure, an NCCL error or an abort

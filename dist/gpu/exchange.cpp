@@ -55,7 +55,7 @@ void check_reduction(DType t, Reduce op, std::string_view what) {
                       what, reduce_op_name(reduce_op_of(op)));
   MESHTEST_DIST_CHECK(op != Reduce::avg || is_floating(t),
                       "{}: reduce op avg is not supported for dtype {} (avg is defined for f32, "
-                      "f64 and bf16)",
+                      "f64, bf16 and f16)",
                       what, t);
 }
 
@@ -128,6 +128,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclFloat64;
     case DType::bf16:
       return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
     case DType::i32:
       return ncclInt32;
     case DType::i64:

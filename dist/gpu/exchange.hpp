@@ -45,11 +45,11 @@ enum class Numerics {
   /// The CPU path's bits (dist/ccl/reduce.hpp): each device receives its block from every other
   /// device (grouped ncclSend / ncclRecv into staging memory: (p-1)/p of the input in, the ring's
   /// bytes) and reduces the p blocks in axis order with gpu::reduce_terms (its own block read in
-  /// place). bf16 accumulates in f32 and rounds once; avg divides in f32 (f64 for f64).
+  /// place). bf16 and f16 accumulate in f32 and round once; avg divides in f32 (f64 for f64).
   exact,
   /// NCCL's reductions (ncclReduceScatter, ncclAllReduce, ncclReduce; ncclAvg for avg): NCCL's
-  /// order of additions and roundings, which vary with its algorithm, protocol and p (bf16 is
-  /// rounded after each step). Equal to exact where neither order nor rounding can matter:
+  /// order of additions and roundings, which vary with its algorithm, protocol and p (bf16 and f16
+  /// are rounded after each step). Equal to exact where neither order nor rounding can matter:
   /// integer sums, max and min of values without NaN or zeros of both signs.
   nccl,
 };
@@ -88,8 +88,8 @@ void all_to_all(NcclGroup& g, const std::byte* in, Counts send_counts, std::byte
 void broadcast(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t n, DType t,
                int root);
 
-/// NCCL's datatype of t: f32 ncclFloat32, f64 ncclFloat64, bf16 ncclBfloat16, i32 ncclInt32,
-/// i64 ncclInt64, u8 ncclUint8.
+/// NCCL's datatype of t: f32 ncclFloat32, f64 ncclFloat64, bf16 ncclBfloat16, f16 ncclFloat16,
+/// i32 ncclInt32, i64 ncclInt64, u8 ncclUint8.
 ncclDataType_t nccl_type(DType t);
 
 /// NCCL's operator of op: sum ncclSum, max ncclMax, min ncclMin, avg ncclAvg.

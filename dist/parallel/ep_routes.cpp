@@ -214,7 +214,7 @@ void check_ep_weights(std::string_view op, const MeshDevice& mesh, const EpMlpWe
   meshtest::detail::check_shape(op, "mlp2_weight", m.mlp2_weight, Shape{local, hidden, inter});
   meshtest::detail::check_shape(op, "mlp2_bias", m.mlp2_bias, Shape{local, hidden});
   MESHTEST_DIST_CHECK(is_floating(m.norm_scale.dtype()),
-                      "{}: norm.scale has dtype {}, expected f32, f64 or bf16", op,
+                      "{}: norm.scale has dtype {}, expected f32, f64, bf16 or f16", op,
                       m.norm_scale.dtype());
   const std::pair<const char*, const Tensor*> typed[] = {
       {"gate.weight", &m.gate_weight}, {"gate.bias", &m.gate_bias},

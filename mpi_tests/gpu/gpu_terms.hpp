@@ -87,15 +87,15 @@ using NcclReductions = std::function<std::pair<Tensor, Tensor>(const Tensor& x, 
 /// Checks NCCL's numerics on the group of `axis` against the CPU path, on inputs of shape s
 /// whose blocks along `dim` are array_split over the group: integer sums and max equal the CPU
 /// path's bits (any order gives them); float sums and averages, another order of p terms rounded
-/// after each step for bf16 (avg scaling each term first), stay within the error model of p
-/// terms (2p for avg) and, for bf16, p roundings.
+/// after each step for bf16 and f16 (avg scaling each term first), stay within the error model of
+/// p terms (2p for avg) and, for bf16 and f16, p roundings.
 inline void expect_nccl_numerics(const MeshDevice& mesh, int axis, const Shape& s, int dim,
                                  const NcclReductions& on_nccl) {
   const int p = mesh.axis_size(axis);
   const Range own = split_range(s[dim], p, mesh.axis_index(axis));
   for (const auto& [t, op] :
        {std::pair(DType::i32, ReduceOp::sum), std::pair(DType::f32, ReduceOp::max),
-        std::pair(DType::bf16, ReduceOp::max)}) {
+        std::pair(DType::bf16, ReduceOp::max), std::pair(DType::f16, ReduceOp::max)}) {
     const std::string what = fmt::format("{}{} {} on NCCL, dim {}", t, s, reduce_op_name(op), dim);
     const Tensor x = term(s, t, mesh.device_id());
     const Tensor want = dist::all_reduce(mesh, x, {.axis = axis, .op = op});
@@ -103,14 +103,14 @@ inline void expect_nccl_numerics(const MeshDevice& mesh, int axis, const Shape& 
     expect_bits(want, ar, "all_reduce " + what);
     expect_bits(want.slice(dim, own), rs, "reduce_scatter " + what);
   }
-  for (DType t : {DType::f32, DType::bf16, DType::f64}) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
       const Tensor x = term(s, t, mesh.device_id(), 1);
       const Tensor want = dist::all_reduce(mesh, x, {.axis = axis, .op = op});
       const Tensor scale = magnitudes(mesh, axis, x, op == ReduceOp::avg);
       const ErrorModel model{.dtype = t,
                              .terms = op == ReduceOp::avg ? 2 * p : p,
-                             .roundings = t == DType::bf16 ? p : 0};
+                             .roundings = widens_to_f32(t) ? p : 0};
       const auto [ar, rs] = on_nccl(x, op);
       const Comparison c_ar = compare(want, ar, model, scale);
       EXPECT_TRUE(c_ar.passed) << fmt::format("all_reduce {} {}: {}", s, model.str(), c_ar.str());

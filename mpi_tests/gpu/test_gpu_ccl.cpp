@@ -1,6 +1,6 @@
 // The collectives on DeviceTensors (dist/gpu/ccl.hpp) against the CPU path: every CCL gives
-// exactly the bits of the host call on host copies of the same inputs — f32, bf16, f64 (and i32
-// for the copies); sum, avg, max; uneven splits; dims 0 and not leading (blocks packed on the
+// exactly the bits of the host call on host copies of the same inputs — f32, bf16, f16, f64 (and
+// i32 for the copies); sum, avg, max; uneven splits; dims 0 and not leading (blocks packed on the
 // GPU); in place — on the whole mesh and both axes of every mesh shape of the world; the table's
 // cases (dist/ccl/cases.hpp) give their closed forms; NCCL's numerics (the option and
 // MESHTEST_GPU_REDUCE) equal where order cannot matter and within the error model elsewhere; bad
@@ -46,8 +46,8 @@ class GpuCcl : public gpu::GpuRankTest {
   const ScopedEnv numerics_{"MESHTEST_GPU_REDUCE", std::nullopt};
 };
 
-constexpr DType kFloats[] = {DType::f32, DType::bf16, DType::f64};
-constexpr DType kCopies[] = {DType::f32, DType::bf16, DType::f64, DType::i32};
+constexpr DType kFloats[] = {DType::f32, DType::bf16, DType::f16, DType::f64};
+constexpr DType kCopies[] = {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32};
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max};
 
 DeviceTensor on_gpu(const Tensor& x) { return DeviceTensor::from_host(x); }
@@ -199,7 +199,7 @@ TEST_F(GpuCcl, TableCasesGiveTheirClosedForms) {
   for_each_mesh_axis([](const MeshDevice& mesh, int axis) {
     const int p = mesh.axis_size(axis), me = mesh.axis_index(axis);
     for (const CclCase& cc : ccl_cases()) {
-      for (DType t : {DType::f32, DType::bf16, DType::i32}) {
+      for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32}) {
         CclCall c{.op = cc.op,
                   .dtype = t,
                   .reduce = is_floating(t) ? ReduceOp::avg : ReduceOp::sum,

@@ -1,10 +1,10 @@
 // The raw exchanges on device buffers (dist/gpu/exchange) against the CPU path: every exchange
 // gives exactly the bytes of dist::all_gather / reduce_scatter / all_reduce / all_to_all(_v) /
-// broadcast on host copies of the same inputs — f32, bf16, f64 (and i32 for the copies); sum, avg,
-// max; uneven and equal blocks; in place — on every group of every mesh shape of the world; NCCL's
-// own reductions equal where they must be and within the error model elsewhere; the groups of
-// every mesh shape follow its axes (NCCL rank = axis index); bad inputs.
-// Skips every test, with the reason, where a rank has no GPU of its own.
+// broadcast on host copies of the same inputs — f32, bf16, f16, f64 (and i32 for the copies); sum,
+// avg, max; uneven and equal blocks; in place — on every group of every mesh shape of the world;
+// NCCL's own reductions equal where they must be and within the error model elsewhere; the groups
+// of every mesh shape follow its axes (NCCL rank = axis index); bad inputs. Skips every test, with
+// the reason, where a rank has no GPU of its own.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -63,8 +63,8 @@ Tensor in_place(NcclGroup& g, const Tensor& x, const std::function<void(std::byt
   return buf.to_host();
 }
 
-constexpr DType kFloats[] = {DType::f32, DType::bf16, DType::f64};
-constexpr DType kCopies[] = {DType::f32, DType::bf16, DType::f64, DType::i32};
+constexpr DType kFloats[] = {DType::f32, DType::bf16, DType::f16, DType::f64};
+constexpr DType kCopies[] = {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32};
 constexpr Reduce kOps[] = {Reduce::sum, Reduce::avg, Reduce::max};
 
 /// Shapes whose rows split unevenly over most p (p*5+3) and evenly (p*4).

@@ -170,7 +170,7 @@ inline MPI_Op mpi_op(ReduceOp op) {
   return op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
 }
 inline bool mpi_can_reduce(const Case& c) {
-  return c.dtype != DType::bf16 && c.rop != ReduceOp::avg;
+  return !widens_to_f32(c.dtype) && c.rop != ReduceOp::avg;
 }
 
 inline std::vector<int> byte_counts(const std::vector<Tensor>& parts, std::vector<int>* displs) {

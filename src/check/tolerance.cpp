@@ -76,7 +76,7 @@ Comparison compare_model(const Tensor& expected, const Tensor& got, const ErrorM
 }  // namespace
 
 void check_model(const ErrorModel& m, std::string_view what) {
-  MESHTEST_CHECK(is_floating(m.dtype), "{}.dtype is {}; need f32, f64 or bf16", what, m.dtype);
+  MESHTEST_CHECK(is_floating(m.dtype), "{}.dtype is {}; need f32, f64, bf16 or f16", what, m.dtype);
   MESHTEST_CHECK(m.terms >= 0, "{}.terms is {}; need >= 0 (0: an empty sum, exactly 0)", what,
                  m.terms);
   MESHTEST_CHECK(m.roundings >= 0, "{}.roundings is {}; need >= 0", what, m.roundings);
@@ -92,6 +92,8 @@ double unit_roundoff(DType dtype) {
       return 0x1p-24;
     case DType::bf16:
       return 0x1p-8;
+    case DType::f16:
+      return 0x1p-11;
     default:
       fail("unit_roundoff: {} is not a floating dtype", dtype);
   }

@@ -16,14 +16,14 @@ namespace meshtest {
 // unit roundoffs, how many terms were added to make an element, how many times the chain
 // rounded to a narrow dtype, and the magnitude of the terms. docs/tolerances.md derives it.
 //
-// For one element, with u_a the roundoff of the sums (f64 for f64, f32 otherwise: bf16 ops
-// accumulate in f32) and u_o the roundoff of the result's dtype:
+// For one element, with u_a the roundoff of the sums (f64 for f64, f32 otherwise: bf16 and f16
+// ops accumulate in f32) and u_o the roundoff of the result's dtype:
 //
 //   |got - expected| <= lambda * S * sqrt(s * (n * u_a^2 + r * u_o^2)) + s * u_o * |expected|
 //
 //   n  terms added to make the element, summed over the chain of reductions behind it;
 //   r  stages that round their whole output to the result's dtype before the next stage reads
-//      it (bf16 chains: one per op; 0 for f32 and f64, whose roundings n already counts);
+//      it (bf16 and f16 chains: one per op; 0 for f32 and f64, whose roundings n counts);
 //   S  the magnitude of the terms: per element, sum |terms| (magnitude(): the same ops run in
 //      f64 on |inputs|), or for a whole tensor of zero-mean random or same-signed terms,
 //      max |expected| (the default);
@@ -35,12 +35,12 @@ namespace meshtest {
 //
 // Bit-exact contracts (CCLs, a sharding that keeps the order) use Metric::exact, not this.
 
-/// Unit roundoff of a floating dtype: f64 2^-53, f32 2^-24, bf16 2^-8. Throws meshtest::Error
-/// for an integer or byte dtype.
+/// Unit roundoff of a floating dtype: f64 2^-53, f32 2^-24, bf16 2^-8, f16 2^-11. Throws
+/// meshtest::Error for an integer or byte dtype.
 double unit_roundoff(DType dtype);
 
 /// Unit roundoff of the sums behind a result of `dtype`: f64's for f64, f32's otherwise (bf16
-/// ops accumulate in f32 and round once).
+/// and f16 ops accumulate in f32 and round once).
 double accumulation_roundoff(DType dtype);
 
 /// What a result is compared with.
@@ -53,7 +53,7 @@ enum class Reference {
 struct ErrorModel {
   DType dtype = DType::f32;    ///< the result's dtype (and the chain's op outputs)
   std::int64_t terms = 1;      ///< n: terms added per element over the whole chain (>= 0)
-  std::int64_t roundings = 0;  ///< r: stages rounding their output to dtype (bf16: per op)
+  std::int64_t roundings = 0;  ///< r: stages rounding their output to dtype (bf16, f16: per op)
   Reference reference = Reference::other_order;
   double lambda = 7.0;  ///< confidence (> 0)
 

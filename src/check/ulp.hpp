@@ -16,8 +16,9 @@ inline constexpr std::uint64_t kUlpNaN = std::numeric_limits<std::uint64_t>::max
 std::uint64_t ulp_distance(float a, float b);
 std::uint64_t ulp_distance(double a, double b);
 std::uint64_t ulp_distance(bf16 a, bf16 b);
+std::uint64_t ulp_distance(f16 a, f16 b);
 
-/// Largest element-wise ulp_distance, in the tensors' own dtype (f32, f64 or bf16; both the
+/// Largest element-wise ulp_distance, in the tensors' own dtype (f32, f64, bf16 or f16; both the
 /// same). Throws meshtest::Error for other or differing dtypes and for differing shapes.
 /// 0 when empty.
 std::uint64_t ulp_distance(const Tensor& expected, const Tensor& got);

@@ -8,15 +8,17 @@
 #include <string_view>
 
 #include "src/core/error.hpp"
+#include "src/core/f16.hpp"
 
 namespace meshtest {
 
 using bf16 = Eigen::bfloat16;
 
-/// Element type of a Tensor. u8 holds packed formats (MXFP4 blocks, e8m0 scales).
-enum class DType : std::uint8_t { f32, f64, bf16, i32, i64, u8 };
+/// Element type of a Tensor. u8 holds packed formats (MXFP4 blocks, e8m0 scales). New types go
+/// at the end: the values stay as they were.
+enum class DType : std::uint8_t { f32, f64, bf16, i32, i64, u8, f16 };
 
-inline constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::bf16,
+inline constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::u8};
 
 /// Bytes per element.
@@ -34,11 +36,13 @@ constexpr std::size_t dtype_size(DType t) {
       return 8;
     case DType::u8:
       return 1;
+    case DType::f16:
+      return 2;
   }
   return 0;
 }
 
-/// Short name: "f32", "f64", "bf16", "i32", "i64", "u8".
+/// Short name: "f32", "f64", "bf16", "f16", "i32", "i64", "u8".
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32:
@@ -53,6 +57,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "i64";
     case DType::u8:
       return "u8";
+    case DType::f16:
+      return "f16";
   }
   return "?";
 }
@@ -61,8 +67,11 @@ constexpr std::string_view dtype_name(DType t) {
 DType dtype_from_name(std::string_view name);
 
 constexpr bool is_floating(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::bf16;
+  return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16;
 }
+
+/// The 2-byte floats (bf16, f16), which computations widen to f32 and round back once.
+constexpr bool widens_to_f32(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 template <class T>
 struct type_tag {
@@ -83,6 +92,10 @@ constexpr DType dtype_of<double>() {
 template <>
 constexpr DType dtype_of<bf16>() {
   return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<f16>() {
+  return DType::f16;
 }
 template <>
 constexpr DType dtype_of<std::int32_t>() {
@@ -114,6 +127,8 @@ decltype(auto) visit_dtype(DType t, F&& f) {
       return f(type_tag<std::int64_t>{});
     case DType::u8:
       return f(type_tag<std::uint8_t>{});
+    case DType::f16:
+      return f(type_tag<f16>{});
   }
   fail("invalid DType value {}", static_cast<int>(t));
 }

@@ -26,8 +26,9 @@ struct DescrName {
 };
 // The first entry of a dtype is what we write; all entries are accepted on read.
 constexpr DescrName kDescrs[] = {
-    {"<f4", DType::f32}, {"<f8", DType::f64}, {"<i4", DType::i32},       {"<i8", DType::i64},
-    {"|u1", DType::u8},  {"<u1", DType::u8},  {"bfloat16", DType::bf16}, {"<V2", DType::bf16},
+    {"<f4", DType::f32}, {"<f8", DType::f64},       {"<f2", DType::f16},
+    {"<i4", DType::i32}, {"<i8", DType::i64},       {"|u1", DType::u8},
+    {"<u1", DType::u8},  {"bfloat16", DType::bf16}, {"<V2", DType::bf16},
 };
 
 std::string_view descr_of(DType t) {
@@ -204,8 +205,8 @@ Tensor read_npy_bytes(std::span<const std::byte> bytes, std::string_view name) {
   const auto* known = std::find_if(std::begin(kDescrs), std::end(kDescrs),
                                    [&](const DescrName& d) { return d.descr == h.descr; });
   MESHTEST_CHECK(known != std::end(kDescrs),
-                 "{}: .npy dtype descr '{}' is not supported (expected '<f4', '<f8', '<i4', "
-                 "'<i8', '|u1', or 'bfloat16'/'<V2' for bf16)",
+                 "{}: .npy dtype descr '{}' is not supported (expected '<f4', '<f8', '<f2', "
+                 "'<i4', '<i8', '|u1', or 'bfloat16'/'<V2' for bf16)",
                  name, h.descr);
   MESHTEST_CHECK(!h.fortran_order,
                  "{}: .npy array is in Fortran order; only C order is supported "

@@ -1,7 +1,7 @@
 // .npy read/write (NumPy format 1.0/2.0/3.0, C order), and the atomic file write it shares.
 //
-// dtypes: f32 '<f4', f64 '<f8', i32 '<i4', i64 '<i8', u8 '|u1'. NumPy has no bf16, so bf16
-// is written with descr 'bfloat16', the dtype name of ml_dtypes (JAX, TF): np.load reads it
+// dtypes: f32 '<f4', f64 '<f8', f16 '<f2', i32 '<i4', i64 '<i8', u8 '|u1'. NumPy has no bf16, so
+// bf16 is written with descr 'bfloat16', the dtype name of ml_dtypes (JAX, TF): np.load reads it
 // once `import ml_dtypes` has registered the name. On read, 'bfloat16' and '<V2' (what
 // np.save writes for an ml_dtypes.bfloat16 array) both load as bf16.
 #pragma once

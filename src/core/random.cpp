@@ -28,6 +28,8 @@ std::pair<std::int64_t, std::int64_t> exact_integer_range(DType t) {
       return {-(std::int64_t{1} << 53), std::int64_t{1} << 53};
     case DType::bf16:
       return {-256, 256};
+    case DType::f16:
+      return {-2048, 2048};
     case DType::i32:
       return {-kI32Max - 1, kI32Max};
     case DType::i64:

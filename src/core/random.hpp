@@ -22,7 +22,7 @@ struct Normal {
   double mean = 0.0;
   double std = 1.0;
 };
-/// Uniform on [lo, hi) in double; after rounding to f32/bf16 a value may equal hi.
+/// Uniform on [lo, hi) in double; after rounding to f32/bf16/f16 a value may equal hi.
 /// Floating dtypes only.
 struct Uniform {
   double lo = 0.0;
@@ -52,7 +52,7 @@ double normal_at(RandomKey key, std::uint64_t i);
 std::int64_t integer_at(RandomKey key, std::uint64_t i, std::int64_t lo, std::int64_t hi);
 
 /// Whole tensor of `shape`: element i (flat, row-major) is drawn from `dist` at index i.
-/// bf16/f32 values are rounded from the double value (same as Tensor::astype from f64).
+/// f32/bf16/f16 values are rounded from the double value (same as Tensor::astype from f64).
 Tensor generate(Shape shape, DType dtype, RandomKey key, const Distribution& dist);
 /// Only the slice [r.start, r.start + r.size) along `dim` of the global tensor `global`;
 /// bit-for-bit equal to generate(global, ...).slice(dim, r), without building the whole.

@@ -29,9 +29,9 @@ struct DTypeName {
   std::string_view name;
   DType dtype;
 };
-constexpr DTypeName kDTypeNames[] = {{"F32", DType::f32},   {"F64", DType::f64},
-                                     {"BF16", DType::bf16}, {"I32", DType::i32},
-                                     {"I64", DType::i64},   {"U8", DType::u8}};
+constexpr DTypeName kDTypeNames[] = {
+    {"F32", DType::f32}, {"F64", DType::f64}, {"BF16", DType::bf16}, {"F16", DType::f16},
+    {"I32", DType::i32}, {"I64", DType::i64}, {"U8", DType::u8}};
 
 // Closes a file descriptor on scope exit.
 struct FdCloser {
@@ -57,7 +57,7 @@ TensorInfo parse_entry(const std::string& file, const std::string& name, const j
   const auto* known = std::find_if(std::begin(kDTypeNames), std::end(kDTypeNames),
                                    [&](const DTypeName& d) { return d.name == dt_name; });
   if (known == std::end(kDTypeNames)) {
-    bad(fmt::format("dtype {} is not supported (expected one of F32, F64, BF16, I32, I64, U8)",
+    bad(fmt::format("dtype {} is not supported (expected one of F32, F64, BF16, F16, I32, I64, U8)",
                     dt.dump()));
   }
   info.dtype = known->dtype;

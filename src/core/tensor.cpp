@@ -11,7 +11,7 @@ DType dtype_from_name(std::string_view name) {
   for (DType t : kAllDTypes) {
     if (dtype_name(t) == name) return t;
   }
-  fail("unknown dtype '{}' (expected one of f32, f64, bf16, i32, i64, u8)", name);
+  fail("unknown dtype '{}' (expected one of f32, f64, bf16, f16, i32, i64, u8)", name);
 }
 
 Tensor::Tensor(Shape shape, DType dtype)

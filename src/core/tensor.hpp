@@ -117,7 +117,8 @@ class Tensor {
   void assign_slice(int dim, std::int64_t start, const Tensor& src);
   /// Same elements, new shape (numel must match).
   Tensor reshape(Shape shape) const;
-  /// Element-wise conversion (bf16 rounds to nearest even).
+  /// Element-wise conversion. bf16 and f16 round to nearest even (f16 from f64 in one rounding,
+  /// bf16 through f32); integers from floats truncate.
   Tensor astype(DType dtype) const;
   /// Same dtype, shape and bytes.
   bool bitwise_equal(const Tensor& other) const;

@@ -26,6 +26,8 @@ Element element_of(DType t, Combine c) {
       return Element::f64;
     case DType::bf16:
       return Element::bf16;
+    case DType::f16:
+      return Element::f16;
     case DType::i32:
       return c == Combine::sum ? Element::u32 : Element::i32;
     case DType::i64:
@@ -37,7 +39,7 @@ Element element_of(DType t, Combine c) {
 }
 
 /// Bytes of the accumulator of one element of t.
-std::size_t accumulator_size(DType t) { return t == DType::bf16 ? 4 : dtype_size(t); }
+std::size_t accumulator_size(DType t) { return widens_to_f32(t) ? 4 : dtype_size(t); }
 
 /// The accumulator buffer of a reduction in several passes, freed in stream order.
 class Carry {
@@ -70,7 +72,7 @@ void reduce_terms(std::byte* dst, std::span<const std::byte* const> terms, std::
   MESHTEST_CHECK(!terms.empty(), "reduce_terms: no terms");
   MESHTEST_CHECK(t != DType::u8, "reduce_terms: dtype {} cannot be reduced", t);
   MESHTEST_CHECK(op != Reduce::avg || is_floating(t),
-                 "reduce_terms: avg needs a floating dtype (f32, f64, bf16), not {}", t);
+                 "reduce_terms: avg needs a floating dtype (f32, f64, bf16, f16), not {}", t);
   if (n == 0) return;
   const std::size_t e = dtype_size(t);
   // The name is formatted only when a check fails: this runs on every call.

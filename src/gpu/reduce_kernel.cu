@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "src/core/f16_bits.hpp"
 #include "src/gpu/reduce_kernel.hpp"
 
 namespace meshtest::gpu::detail {
@@ -66,12 +67,20 @@ __device__ __forceinline__ A combine(A acc, A x) {
   }
 }
 
+// f16 as the kernels store it: its bits, a type apart from bf16's std::uint16_t.
+struct F16 {
+  std::uint16_t bits;
+};
+
 // Stored type <-> accumulator: bf16 (its bits as std::uint16_t) widens exactly to f32 and
-// rounds back to nearest even, any NaN becoming 0x7fc0 or 0xffc0 by its sign.
+// rounds back to nearest even, any NaN becoming 0x7fc0 or 0xffc0 by its sign; f16 converts with
+// the host's code (src/core/f16_bits.hpp): exact widening, one rounding to nearest even.
 template <class S, class A>
 __device__ __forceinline__ A widen(S x) {
   if constexpr (std::is_same_v<S, std::uint16_t>) {
     return __uint_as_float(static_cast<unsigned>(x) << 16);
+  } else if constexpr (std::is_same_v<S, F16>) {
+    return __uint_as_float(f16_bits::to_f32(x.bits));
   } else {
     return x;
   }
@@ -82,6 +91,8 @@ __device__ __forceinline__ S narrow(A x) {
     const unsigned u = __float_as_uint(x);
     if (isnan(x)) return static_cast<S>((u & 0x80000000u) != 0 ? 0xffc0u : 0x7fc0u);
     return static_cast<S>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  } else if constexpr (std::is_same_v<S, F16>) {
+    return F16{f16_bits::from_f32(__float_as_uint(x))};
   } else {
     return x;
   }
@@ -217,6 +228,8 @@ cudaError_t launch_reduce_pass(Element e, Combine c, const ReducePass& pass, cud
       return launch_any<double, double>(c, pass, stream);
     case Element::bf16:
       return launch_any<std::uint16_t, float>(c, pass, stream);
+    case Element::f16:
+      return launch_any<F16, float>(c, pass, stream);
     case Element::u32:  // integer sums only
       return c == Combine::sum ? launch<std::uint32_t, std::uint32_t, Combine::sum>(pass, stream)
                                : cudaErrorInvalidValue;

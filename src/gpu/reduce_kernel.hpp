@@ -8,9 +8,9 @@
 
 namespace meshtest::gpu::detail {
 
-/// Stored element type of a pass, which fixes its accumulator: f32 and bf16 accumulate in
+/// Stored element type of a pass, which fixes its accumulator: f32, bf16 and f16 accumulate in
 /// f32, f64 in f64, u32/u64 (integer sums, wrapping) and i32/i64 (max, min) in themselves.
-enum class Element : std::uint8_t { f32, f64, bf16, u32, u64, i32, i64 };
+enum class Element : std::uint8_t { f32, f64, bf16, f16, u32, u64, i32, i64 };
 
 /// How terms are combined; avg is sum with ReducePass::divide_by set on the last pass.
 enum class Combine : std::uint8_t { sum, max, min };

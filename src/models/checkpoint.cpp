@@ -26,7 +26,7 @@ std::string blocks_name(std::string_view name) { return std::string(name) + ".bl
 std::string scales_name(std::string_view name) { return std::string(name) + ".scales"; }
 
 void check_compute(DType t, std::string_view what) {
-  MESHTEST_CHECK(is_floating(t), "{}: dtype {} is not bf16, f32 or f64", what, t);
+  MESHTEST_CHECK(is_floating(t), "{}: dtype {} is not bf16, f16, f32 or f64", what, t);
 }
 
 // Calls f(name, tensor, logical shape, is_norm_scale) for every tensor of `w` (w.blocks sized).
@@ -148,8 +148,8 @@ Tensor read_tensor_slice(const CheckpointDir& ckpt, std::string_view name, int d
   check_compute(dtype, what);
   if (!ckpt.is_mxfp4(name)) {
     const TensorInfo& t = ckpt.info(name);
-    MESHTEST_CHECK(is_floating(t.dtype), "{} in '{}' has dtype {}, expected bf16, f32 or f64", what,
-                   ckpt.file(name).path().string(), t.dtype);
+    MESHTEST_CHECK(is_floating(t.dtype), "{} in '{}' has dtype {}, expected bf16, f16, f32 or f64",
+                   what, ckpt.file(name).path().string(), t.dtype);
     if (t.shape.rank() == 0) return ckpt.file(name).read(name).astype(dtype);
     return ckpt.file(name).read_slice(name, dim, r).astype(dtype);
   }

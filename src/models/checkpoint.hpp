@@ -10,7 +10,7 @@
 //   block.{n}.mlp.gate.bias [E]               block.{n}.mlp.mlp1_weight [E, 2 I, hidden]
 //   block.{n}.mlp.mlp1_bias [E, 2 I]          block.{n}.mlp.mlp2_weight [E, hidden, I]
 //   block.{n}.mlp.mlp2_bias [E, hidden]
-// A tensor is stored either plainly (bf16, f32 or f64) or as MXFP4: "<name>.blocks" u8
+// A tensor is stored either plainly (bf16, f16, f32 or f64) or as MXFP4: "<name>.blocks" u8
 // [..., n / 32, 16] and "<name>.scales" u8 [..., n / 32] (see src/ops/mxfp4.hpp). The shapes
 // above are the logical (decoded) ones. A tensor may live in any of the directory's files.
 #pragma once
@@ -57,7 +57,7 @@ class CheckpointDir {
   std::map<std::string, std::size_t, std::less<>> index_;  // stored name -> file
 };
 
-/// The whole tensor `name` converted to `dtype` (bf16, f32 or f64); MXFP4 is decoded.
+/// The whole tensor `name` converted to `dtype` (bf16, f16, f32 or f64); MXFP4 is decoded.
 /// Throws Error naming the tensor if it is missing, not floating, or its MXFP4 parts mismatch.
 Tensor read_tensor(const CheckpointDir& ckpt, std::string_view name, DType dtype);
 /// Only [r.start, r.start + r.size) along `dim` of `name`, converted to `dtype`. For MXFP4 only

@@ -163,7 +163,7 @@ void check_transformer_weights(const TransformerWeights& w, const GptOssConfig& 
   detail::check_dtype("transformer", "unembedding.weight", w.unembedding, dtype);
   detail::check_shape("transformer", "norm.scale", w.norm_scale, Shape{c.hidden_size});
   MESHTEST_CHECK(is_floating(w.norm_scale.dtype()),
-                 "transformer: norm.scale has dtype {}, expected f32, f64 or bf16",
+                 "transformer: norm.scale has dtype {}, expected f32, f64, bf16 or f16",
                  w.norm_scale.dtype());
   MESHTEST_CHECK(static_cast<std::int64_t>(w.blocks.size()) == c.num_hidden_layers,
                  "transformer: {} blocks of weights, expected num_hidden_layers = {}",

@@ -33,7 +33,7 @@ void check_attention(const AttentionWeights& w, const AttentionParams& p, std::i
   detail::check_shape(op, "out.weight", w.out_weight, Shape{hidden, p.num_heads * p.head_dim});
   detail::check_shape(op, "out.bias", w.out_bias, Shape{hidden});
   MESHTEST_CHECK(is_floating(w.norm_scale.dtype()),
-                 "attention_block: norm.scale has dtype {}, expected f32, f64 or bf16",
+                 "attention_block: norm.scale has dtype {}, expected f32, f64, bf16 or f16",
                  w.norm_scale.dtype());
   detail::check_dtype(op, "qkv.weight", w.qkv_weight, dtype);
   detail::check_dtype(op, "qkv.bias", w.qkv_bias, dtype);

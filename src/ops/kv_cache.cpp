@@ -14,7 +14,8 @@ KvCache::KvCache(std::int64_t max_len, std::int64_t kv_heads, std::int64_t head_
   MESHTEST_CHECK(max_len > 0 && kv_heads > 0 && head_dim > 0,
                  "KvCache: max_len {}, kv_heads {} and head_dim {} must be > 0", max_len, kv_heads,
                  head_dim);
-  MESHTEST_CHECK(is_floating(dtype), "KvCache: dtype {} is not floating (f32, f64 or bf16)", dtype);
+  MESHTEST_CHECK(is_floating(dtype), "KvCache: dtype {} is not floating (f32, f64, bf16 or f16)",
+                 dtype);
   k_ = Tensor(Shape{max_len, kv_heads, head_dim}, dtype);
   v_ = Tensor(Shape{max_len, kv_heads, head_dim}, dtype);
   written_.assign(static_cast<std::size_t>(max_len), false);

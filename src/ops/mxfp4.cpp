@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "src/perf/profiler.hpp"
@@ -15,7 +14,7 @@ namespace {
 constexpr std::array<double, 8> kE2m1 = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
 
 void check_float_out(DType t, std::string_view what) {
-  MESHTEST_CHECK(is_floating(t), "{}: output dtype {} is not bf16, f32 or f64", what, t);
+  MESHTEST_CHECK(is_floating(t), "{}: output dtype {} is not bf16, f16, f32 or f64", what, t);
 }
 
 // The code (0..7) of the e2m1 magnitude nearest to v (0 <= v), ties to the even code.
@@ -82,7 +81,7 @@ Tensor mxfp4_decode(const Tensor& blocks, const Tensor& scales, DType out) {
   const std::uint8_t* b = blocks.data<std::uint8_t>();
   const std::uint8_t* s = scales.data<std::uint8_t>();
   visit_dtype(out, [&]<class T>(type_tag<T>) {
-    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, bf16>) {
+    if constexpr (is_floating(dtype_of<T>())) {
       T* o = result.data<T>();
       for (std::int64_t g = 0; g < scales.numel(); ++g) {
         const double scale = e8m0_scale(s[g]);
@@ -100,7 +99,7 @@ Tensor mxfp4_decode(const Tensor& blocks, const Tensor& scales, DType out) {
 }
 
 Mxfp4 mxfp4_encode(const Tensor& w) {
-  MESHTEST_CHECK(is_floating(w.dtype()), "mxfp4_encode: input {} is not bf16, f32 or f64",
+  MESHTEST_CHECK(is_floating(w.dtype()), "mxfp4_encode: input {} is not bf16, f16, f32 or f64",
                  describe(w));
   MESHTEST_CHECK(w.rank() >= 1 && w.shape()[w.rank() - 1] % kMxfp4BlockValues == 0,
                  "mxfp4_encode: input shape {} must be [..., n] with n a multiple of {}", w.shape(),

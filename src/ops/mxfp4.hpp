@@ -40,7 +40,7 @@ void check_mxfp4(const Shape& blocks, DType blocks_dtype, const Shape& scales, D
 /// The decoded shape of blocks [..., nblocks, 16]: [..., nblocks * 32].
 Shape mxfp4_decoded_shape(const Shape& blocks);
 
-/// Decodes MXFP4 to `out` (bf16, f32 or f64; exact unless the scale over- or underflows it).
+/// Decodes MXFP4 to `out` (bf16, f16, f32 or f64; exact unless the scale over- or underflows it).
 ///   blocks: u8 [..., nblocks, 16], scales: u8 [..., nblocks]  ->  [..., nblocks * 32]
 /// A slice of rows (any dim but the last) decodes as decode(blocks.slice, scales.slice).
 Tensor mxfp4_decode(const Tensor& blocks, const Tensor& scales, DType out = DType::bf16);
@@ -48,7 +48,7 @@ inline Tensor mxfp4_decode(const Mxfp4& m, DType out = DType::bf16) {
   return mxfp4_decode(m.blocks, m.scales, out);
 }
 
-/// Encodes w (bf16, f32 or f64, finite) block by block along its last dim:
+/// Encodes w (bf16, f16, f32 or f64, finite) block by block along its last dim:
 ///   w: [..., n], n % 32 == 0  ->  blocks u8 [..., n / 32, 16], scales u8 [..., n / 32]
 /// Rule: with m = max |x| of the block, the shared exponent e is the smallest integer with
 /// 6 * 2^e >= m (e = floor(log2 m) - 2, plus 1 if m > 6 * 2^that), clamped to [-127, 127]

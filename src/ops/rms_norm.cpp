@@ -16,7 +16,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& scale, double eps) {
   const std::int64_t hidden = x.shape()[x.rank() - 1];
   detail::check_shape(op, "scale", scale, Shape{hidden});
   MESHTEST_CHECK(is_floating(scale.dtype()),
-                 "rms_norm: scale has dtype {}, expected f32, f64 or bf16", scale.dtype());
+                 "rms_norm: scale has dtype {}, expected f32, f64, bf16 or f16", scale.dtype());
   MESHTEST_CHECK(eps >= 0 && std::isfinite(eps),
                  "rms_norm: eps is {}, expected a finite value >= 0", eps);
   Tensor out = detail::visit_floating(x.dtype(), op, [&]<class S>(type_tag<S>) {

@@ -1,5 +1,5 @@
 // reduce_terms against a host reference written here from the CPU path's rule (axis order,
-// bf16 in f32 rounded once, avg divided in the accumulator, wrapping integer sums,
+// bf16 and f16 in f32 rounded once, avg divided in the accumulator, wrapping integer sums,
 // std::max/std::min), bit for bit: every dtype and operator at p = 1..9 and past one pass
 // (p > 32), odd n, misaligned and mixed offsets, dst aliasing a term; crafted cases with
 // closed-form results (single rounding, axis order, NaN, -0.0, wrap-around).
@@ -41,12 +41,13 @@ struct SumType<std::int64_t> {
 };
 
 /// The CPU path's reduction of one element after another: terms combined in order in the
-/// accumulator (f32 for bf16, the unsigned type for integer sums), one conversion at the end.
+/// accumulator (f32 for bf16 and f16, the unsigned type for integer sums), one conversion at the
+/// end.
 Tensor reference(const std::vector<Tensor>& terms, Reduce op) {
   const Tensor& first = terms.front();
   Tensor out(first.shape(), first.dtype());
   visit_dtype(first.dtype(), [&]<class T>(type_tag<T>) {
-    using Float = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+    using Float = std::conditional_t<widens_to_f32(dtype_of<T>()), float, T>;
     using A = typename SumType<Float>::type;
     const auto p = static_cast<std::int64_t>(terms.size());
     for (std::int64_t k = 0; k < first.numel(); ++k) {
@@ -142,7 +143,8 @@ std::vector<Reduce> ops_of(DType t) {
   return {Reduce::sum, Reduce::max, Reduce::min};
 }
 
-constexpr DType kReducible[] = {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64};
+constexpr DType kReducible[] = {DType::f32, DType::f64, DType::bf16,
+                                DType::f16, DType::i32, DType::i64};
 
 TEST(ReduceTerms, EveryDTypeAndOpMatchesTheReferenceAtOneToNineTerms) {
   // aligned: every buffer at element 0; shifted: all at one odd offset (a vector head);
@@ -185,7 +187,7 @@ TEST(ReduceTerms, ManyTermsTakeSeveralPassesWithTheSameBits) {
 }
 
 TEST(ReduceTerms, DstMayBeAnyTerm) {
-  for (DType t : {DType::f32, DType::bf16, DType::i64}) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i64}) {
     for (int p : {1, 2, 5, 40}) {
       const auto terms = random_terms(t, p, 1001, 300 + p);
       const Tensor want = reference(terms, Reduce::sum);
@@ -204,7 +206,7 @@ TEST(ReduceTerms, LargeInputsLoopOverTheGrid) {
   const std::int64_t n = (std::int64_t{5} << 20) + 3;  // more elements than resident threads
   for (const auto& [t, op] :
        {std::pair{DType::f32, Reduce::sum}, std::pair{DType::bf16, Reduce::avg},
-        std::pair{DType::i32, Reduce::max}}) {
+        std::pair{DType::f16, Reduce::sum}, std::pair{DType::i32, Reduce::max}}) {
     const auto terms = random_terms(t, 3, n, 400);
     SCOPED_TRACE(fmt::format("{} {}", t, op_name(op)));
     EXPECT_TRUE(reduce_on_device(terms, op).bitwise_equal(reference(terms, op)));
@@ -236,16 +238,39 @@ void expect_bits(Reduce op, const std::vector<Bits>& term_bits, Bits want) {
   EXPECT_EQ(r, want) << "reference";
 }
 
+/// The bits of a 2-byte float T (bf16, f16) that show one rounding after all terms: 1 + h + h
+/// with h half of 1's ulp is 1 + ulp exactly, where a rounding after each addition would keep 1
+/// (ties to even); its avg over the three terms rounds that sum / 3 once; 1 plus 64 quarter ulps
+/// q over three passes.
+struct OnceBits {
+  std::uint16_t one, h, sum, avg, q, many;
+};
+template <class T>
+void expect_rounded_once(const OnceBits& b) {
+  expect_bits<T, std::uint16_t>(Reduce::sum, {b.one, b.h, b.h}, b.sum);
+  expect_bits<T, std::uint16_t>(Reduce::avg, {b.one, b.h, b.h}, b.avg);
+  std::vector<std::uint16_t> many{b.one};
+  many.insert(many.end(), 64, b.q);
+  expect_bits<T, std::uint16_t>(Reduce::sum, many, b.many);
+}
+
 TEST(ReduceTerms, Bf16RoundsOnceAfterAllTerms) {
-  const std::uint16_t one = 0x3f80, eighth_ulp = 0x3b80;  // 1 and 2^-8, half of 1's ulp
-  // 1 + 2^-8 + 2^-8 = 1 + 2^-7 exactly; rounding after each addition would keep 1 (ties to even).
-  expect_bits<bf16, std::uint16_t>(Reduce::sum, {one, eighth_ulp, eighth_ulp}, 0x3f81);
-  // avg: (1 + 2^-7) / 3 = 43/128 exactly (0x3eac); from a rounded sum it would be 1/3 (0x3eab).
-  expect_bits<bf16, std::uint16_t>(Reduce::avg, {one, eighth_ulp, eighth_ulp}, 0x3eac);
-  // Over three passes: 1 + 64 * 2^-9 = 1.125.
-  std::vector<std::uint16_t> many{one};
-  many.insert(many.end(), 64, 0x3b00);  // 2^-9
-  expect_bits<bf16, std::uint16_t>(Reduce::sum, many, 0x3f90);
+  // h = 2^-8: the sum 1 + 2^-7; avg 43/128 exactly (0x3eac), from a rounded sum 1/3 (0x3eab);
+  // q = 2^-9: 1.125.
+  expect_rounded_once<bf16>(
+      {.one = 0x3f80, .h = 0x3b80, .sum = 0x3f81, .avg = 0x3eac, .q = 0x3b00, .many = 0x3f90});
+}
+
+TEST(ReduceTerms, F16RoundsOnceAfterAllTerms) {
+  // h = 2^-11: the sum 1 + 2^-10; avg 1367/4096 (0x3557), from a rounded sum 1365/4096
+  // (0x3555); q = 2^-12: 1 + 2^-6.
+  expect_rounded_once<f16>(
+      {.one = 0x3c00, .h = 0x1000, .sum = 0x3c01, .avg = 0x3557, .q = 0x0c00, .many = 0x3c10});
+  // Subnormals and the edge of the range: 2^-13 + two least subnormals (each a tie alone);
+  // 65504 + 8 + 8 reaches the tie 65520, which rounds to Inf.
+  expect_bits<f16, std::uint16_t>(Reduce::sum, {0x0800, 0x0001, 0x0001}, 0x0801);
+  expect_bits<f16, std::uint16_t>(Reduce::sum, {0x7bff, 0x4800, 0x4800}, 0x7c00);
+  expect_bits<f16, std::uint16_t>(Reduce::sum, {0x7bff, 0x4800}, 0x7bff);
 }
 
 TEST(ReduceTerms, TermsAreAddedInAxisOrder) {
@@ -292,6 +317,17 @@ TEST(ReduceTerms, NaNAndSignedZeroAsOnTheCpuPath) {
   expect_bits<bf16, H>(Reduce::max, {0x3f80, 0x7f81}, 0x3f80);
   expect_bits<bf16, H>(Reduce::avg, {0xffc3, 0x3f80}, 0xffc0);
   expect_bits<bf16, H>(Reduce::min, {0x8000, 0x0000}, 0x8000);
+
+  // f16: a NaN stays one of its sign, quiet, with the top bits of its payload (f16_bits.hpp).
+  expect_bits<f16, H>(Reduce::sum, {0x3c00, 0x7e01}, 0x7e01);
+  expect_bits<f16, H>(Reduce::sum, {0x3c00, 0xfe03}, 0xfe03);
+  expect_bits<f16, H>(Reduce::sum, {0x7c01, 0x3c00}, 0x7e01);  // a signalling NaN made quiet
+  expect_bits<f16, H>(Reduce::sum, {0x7c00, 0xfc00}, 0xfe00);  // the default NaN
+  expect_bits<f16, H>(Reduce::max, {0x7c01, 0x3c00}, 0x7e01);
+  expect_bits<f16, H>(Reduce::max, {0x3c00, 0x7c01}, 0x3c00);
+  expect_bits<f16, H>(Reduce::avg, {0xfe03, 0x3c00}, 0xfe03);
+  expect_bits<f16, H>(Reduce::min, {0x8000, 0x0000}, 0x8000);
+  expect_bits<f16, H>(Reduce::sum, {0x7c00, 0x3c00}, 0x7c00);
 
   using D = std::uint64_t;
   const D dqnan = 0x7ff8000000000001, dinf = 0x7ff0000000000000, dneg_inf = 0xfff0000000000000,

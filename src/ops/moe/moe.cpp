@@ -15,7 +15,7 @@ void check_mlp(const MlpWeights& w, const MoeParams& p, std::int64_t hidden, DTy
                     w.mlp2_bias, p, hidden, dtype);
   detail::check_shape(op, "norm.scale", w.norm_scale, Shape{hidden});
   MESHTEST_CHECK(is_floating(w.norm_scale.dtype()),
-                 "mlp_block: norm.scale has dtype {}, expected f32, f64 or bf16",
+                 "mlp_block: norm.scale has dtype {}, expected f32, f64, bf16 or f16",
                  w.norm_scale.dtype());
 }
 

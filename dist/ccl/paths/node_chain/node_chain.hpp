@@ -23,13 +23,13 @@ class ShmGroup;
 /// once (detail::reduce), the same bits as the one-node and flat MPI paths:
 ///  1. within node k, device i reduces part i of every chunk over the node's q inputs through
 ///     the node's shared-memory window (ShmGroup::reduce_parts), starting from the accumulator
-///     of nodes 0..k-1 that device i of node k-1 sent it (the carry: f32 for bf16, never
+///     of nodes 0..k-1 that device i of node k-1 sent it (the carry: f32 for bf16 and f16, never
 ///     rounded), and sends its accumulator on to device i of node k+1, chunk by chunk;
 ///  2. on the last node the accumulator is rounded into the result, which device i sends to
 ///     device i of every other node;
 ///  3. every node shares its devices' parts within the window (ShmGroup::gather_parts).
-/// Per device and call, S the tensor's bytes: S/q (S/q·4/2 for bf16's f32 carry) leaves the
-/// node and S/q comes in (the last node: (N-1)·S/q out), against about S across nodes for the
+/// Per device and call, S the tensor's bytes: S/q (S/q·4/2 for bf16's and f16's f32 carry) leaves
+/// the node and S/q comes in (the last node: (N-1)·S/q out), against about S across nodes for the
 /// flat path's reduce-scatter and all-gather at 2 nodes; within the node the window moves
 /// 2(q-1)/q·S. The chain's price is latency: node k starts a chunk once node k-1 has finished
 /// it, so a call takes N-1 extra chunk steps, and the result comes back in one more hop.

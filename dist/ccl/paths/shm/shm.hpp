@@ -25,8 +25,8 @@ namespace meshtest::dist::detail {
 /// (or reduction) out, and no MPI call per step.
 ///
 /// Reductions go through detail::reduce (reduce.hpp): x_0 op x_1 op ... op x_{p-1} in axis
-/// order, bf16 accumulated in f32 and rounded once. all_reduce is a reduce-scatter inside the
-/// window (device i reduces part i of every chunk) followed by an all-gather of the reduced
+/// order, bf16 and f16 accumulated in f32 and rounded once. all_reduce is a reduce-scatter inside
+/// the window (device i reduces part i of every chunk) followed by an all-gather of the reduced
 /// parts, pipelined one chunk apart so each step carries both; every element is reduced once,
 /// on one device, so the outputs are equal bit for bit across devices and to the MPI path's.
 /// A device's own block never goes through its slots (all_to_all, reduce_scatter, all_reduce
