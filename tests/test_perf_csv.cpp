@@ -108,8 +108,8 @@ TEST(PerfCsv, BadInputsAreClearErrors) {
                {"t.csv", "line 2", "unknown op type 'kernel'"});
   expect_error([&] { parse_ops_csv(replace(",start,", ",begin,"), "s.csv"); },
                {"s.csv", "no \"start\" signpost"});
-  expect_error([&] { parse_ops_csv(replace(",bf16,", ",f16,"), "d.csv"); },
-               {"d.csv", "line 2", "INPUT_0", "f16"});
+  expect_error([&] { parse_ops_csv(replace(",bf16,", ",f8,"), "d.csv"); },
+               {"d.csv", "line 2", "INPUT_0", "f8"});
   expect_error([&] { parse_ops_csv(replace(",1,1,32,64,bf16,", ",1,1,-32,64,bf16,"), "neg.csv"); },
                {"neg.csv", "line 2", "INPUT_0"});
   expect_error([&] { parse_ops_csv(replace(",Shard(1),", ",,"), "p.csv"); },
