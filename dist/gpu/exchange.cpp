@@ -59,6 +59,16 @@ void check_reduction(DType t, Reduce op, std::string_view what) {
                       what, t);
 }
 
+/// Whether NCCL's own sum gives the exact path's bits: over two devices every element is one
+/// addition, a_0 + a_1 or a_1 + a_0, whatever NCCL's algorithm (ring, tree) or protocol, and IEEE
+/// addition is commutative. bf16 and f16 agree too: the exact path rounds the sum to f32 and then
+/// to the dtype, NCCL rounds it once, and rounding to f32 first cannot change the result, since
+/// 24 bits >= 2 x 11 + 2 (double rounding is innocuous for +; docs/gpu.md). Max and min are left
+/// out (max(+0, -0) depends on the order), and avg (NCCL scales each term first).
+bool one_commutative_sum(const NcclGroup& g, Reduce op) {
+  return g.size() == 2 && op == Reduce::sum;
+}
+
 /// One grouped step in which every device sends `send(j)` = (pointer, bytes) to each other
 /// device j and receives `recv(j)` from it; empty messages are left out on both sides (each
 /// side knows the size). Peers are visited in a shifted order, so no device is every device's
@@ -163,7 +173,9 @@ void reduce_scatter(NcclGroup& g, const std::byte* in, Counts counts, std::byte*
   check_buffer(in, b.total, "reduce_scatter", "the input");
   check_buffer(out, b.size(me), "reduce_scatter", "the output");
   if (b.total == 0) return;
-  if (numerics == Numerics::exact) return reduce_scatter_exact(g, in, b, mine, out, t, op);
+  if (numerics == Numerics::exact && !one_commutative_sum(g, op)) {
+    return reduce_scatter_exact(g, in, b, mine, out, t, op);
+  }
   const ncclDataType_t type = nccl_type(t);
   const ncclRedOp_t nop = nccl_op(op);
   g.grouped("reduce_scatter (NCCL)", [&] {
@@ -191,7 +203,7 @@ void all_reduce(NcclGroup& g, const std::byte* in, std::byte* out, std::int64_t 
   check_buffer(in, bytes, "all_reduce", "the input");
   check_buffer(out, bytes, "all_reduce", "the output");
   if (n == 0) return;
-  if (numerics == Numerics::nccl) {
+  if (numerics == Numerics::nccl || one_commutative_sum(g, op)) {
     g.grouped("all_reduce (NCCL)", [&] {
       MESHTEST_NCCL(ncclAllReduce(in, out, static_cast<std::size_t>(n), nccl_type(t), nccl_op(op),
                                   g.comm(), g.stream()),

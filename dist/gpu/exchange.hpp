@@ -46,6 +46,8 @@ enum class Numerics {
   /// device (grouped ncclSend / ncclRecv into staging memory: (p-1)/p of the input in, the ring's
   /// bytes) and reduces the p blocks in axis order with gpu::reduce_terms (its own block read in
   /// place). bf16 and f16 accumulate in f32 and round once; avg divides in f32 (f64 for f64).
+  /// A sum over two devices is NCCL's own (ncclAllReduce, ncclReduceScatter): one addition per
+  /// element, so the same bits, in NCCL's time.
   exact,
   /// NCCL's reductions (ncclReduceScatter, ncclAllReduce, ncclReduce; ncclAvg for avg): NCCL's
   /// order of additions and roundings, which vary with its algorithm, protocol and p (bf16 and f16

@@ -10,6 +10,7 @@
 // where a rank has no GPU of its own.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <span>
 #include <string>
 #include <utility>
@@ -94,6 +95,66 @@ TEST_F(GpuCcl, ReduceScatterHasTheCpuPathsBits) {
                       fmt::format("reduce_scatter {}{} dim {} {}", t, s, dim, reduce_op_name(op)));
         }
       }
+    }
+  });
+}
+
+/// Pairs (a_0, a_1) of t whose sums sit on the edges of t's rounding: ties to even and just
+/// past them, subnormals, zeros of both signs, the overflow threshold; each pair in both orders.
+std::vector<std::pair<double, double>> edge_pairs(DType t) {
+  struct Format {
+    int bits;  // significand bits, the leading one included
+    int emax;  // exponent of the largest binade
+    int emin;  // exponent of the least normal binade
+  };
+  const Format f = t == DType::bf16  ? Format{8, 127, -126}
+                   : t == DType::f16 ? Format{11, 15, -14}
+                   : t == DType::f32 ? Format{24, 127, -126}
+                                     : Format{53, 1023, -1022};
+  const double half_ulp = std::ldexp(1.0, -f.bits);  // of 1
+  const double past = half_ulp * (1 + std::ldexp(1.0, 1 - f.bits));
+  const double tiny = std::ldexp(1.0, f.emin - f.bits + 1), small = std::ldexp(1.0, f.emin);
+  const double big = std::ldexp(2 - std::ldexp(1.0, 1 - f.bits), f.emax);
+  const double big_half_ulp = std::ldexp(1.0, f.emax - f.bits);  // big + this ties to infinity
+  const std::vector<std::pair<double, double>> pairs = {{1, half_ulp},
+                                                        {1 + 2 * half_ulp, half_ulp},
+                                                        {1, past},
+                                                        {-1, -half_ulp},
+                                                        {tiny, tiny},
+                                                        {-tiny, tiny},
+                                                        {3 * tiny, -tiny},
+                                                        {small, -tiny},
+                                                        {0.0, -0.0},
+                                                        {-0.0, -0.0},
+                                                        {big, big},
+                                                        {-big, -big},
+                                                        {big, -big},
+                                                        {big, big_half_ulp / 2},
+                                                        {big, big_half_ulp},
+                                                        {1.5, -3.0},
+                                                        {small * 3, tiny * 5}};
+  std::vector<std::pair<double, double>> both = pairs;
+  for (const auto& [a, b] : pairs) both.emplace_back(b, a);
+  return both;
+}
+
+TEST_F(GpuCcl, SumsKeepTheCpuPathsBitsAtTheEdgesOfRounding) {
+  // Over two devices the default sum is NCCL's own call (one addition per element, in either
+  // order); over more it is the exact path's kernel. Both give the CPU path's bits.
+  for_each_mesh_axis([](const MeshDevice& mesh, int axis) {
+    const int me = mesh.axis_index(axis);
+    for (DType t : kFloats) {
+      std::vector<double> v;
+      for (const auto& [a, b] : edge_pairs(t)) v.push_back(me % 2 == 0 ? a : b);
+      const auto n = static_cast<std::int64_t>(v.size());
+      const Tensor x = Tensor::from_vector(Shape{n}, v).astype(t);
+      const Tensor want = all_reduce(mesh, x, {.axis = axis});
+      const std::string what = fmt::format("sum of {} edge values", t);
+      expect_bits(want, all_reduce(mesh, on_gpu(x), {.axis = axis}).to_host(),
+                  "all_reduce " + what);
+      const Range own = split_range(n, mesh.axis_size(axis), me);
+      expect_bits(want.slice(0, own), reduce_scatter(mesh, on_gpu(x), {.axis = axis}).to_host(),
+                  "reduce_scatter " + what);
     }
   });
 }
