@@ -63,7 +63,8 @@ void check_reduction(DType t, Reduce op, std::string_view what) {
 /// addition, a_0 + a_1 or a_1 + a_0, whatever NCCL's algorithm (ring, tree) or protocol, and IEEE
 /// addition is commutative. bf16 and f16 agree too: the exact path rounds the sum to f32 and then
 /// to the dtype, NCCL rounds it once, and rounding to f32 first cannot change the result, since
-/// 24 bits >= 2 x 11 + 2 (double rounding is innocuous for +; docs/gpu.md). Max and min are left
+/// 24 bits >= 2 x 11 + 2 (double rounding is innocuous for +; docs/gpu.md). A NaN sum is the
+/// GPU's default NaN there, not the NaN term's payload (the one difference). Max and min are left
 /// out (max(+0, -0) depends on the order), and avg (NCCL scales each term first).
 bool one_commutative_sum(const NcclGroup& g, Reduce op) {
   return g.size() == 2 && op == Reduce::sum;

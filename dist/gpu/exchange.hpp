@@ -47,7 +47,8 @@ enum class Numerics {
   /// bytes) and reduces the p blocks in axis order with gpu::reduce_terms (its own block read in
   /// place). bf16 and f16 accumulate in f32 and round once; avg divides in f32 (f64 for f64).
   /// A sum over two devices is NCCL's own (ncclAllReduce, ncclReduceScatter): one addition per
-  /// element, so the same bits, in NCCL's time.
+  /// element, so the same bits, in NCCL's time; only a NaN sum differs, NCCL's being the default
+  /// NaN where the kernel keeps the NaN term's payload and sign.
   exact,
   /// NCCL's reductions (ncclReduceScatter, ncclAllReduce, ncclReduce; ncclAvg for avg): NCCL's
   /// order of additions and roundings, which vary with its algorithm, protocol and p (bf16 and f16

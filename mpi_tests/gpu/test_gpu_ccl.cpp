@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -155,6 +156,16 @@ TEST_F(GpuCcl, SumsKeepTheCpuPathsBitsAtTheEdgesOfRounding) {
       const Range own = split_range(n, mesh.axis_size(axis), me);
       expect_bits(want.slice(0, own), reduce_scatter(mesh, on_gpu(x), {.axis = axis}).to_host(),
                   "reduce_scatter " + what);
+      // A NaN term gives a NaN sum on both paths; over two devices its payload and sign are
+      // NCCL's (the default NaN), not the CPU path's (docs/gpu.md).
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      const Tensor with_nan =
+          Tensor::from_vector(Shape{3}, std::vector<double>{me == 0 ? -nan : 1.0, 2.0, nan})
+              .astype(t);
+      const Tensor sums = all_reduce(mesh, on_gpu(with_nan), {.axis = axis}).to_host();
+      for (const double v : sums.astype(DType::f64).span<double>()) {
+        EXPECT_TRUE(std::isnan(v)) << "a sum with a NaN term is " << v << " (" << fmt::format("{}", t) << ")";
+      }
     }
   });
 }
