@@ -197,7 +197,9 @@ TEST(Profiler, DeviceTimesReplaceTheHostTimesWhenTheRecordsAreRead) {
   EXPECT_EQ(r[0].end_ns, 4000);
   EXPECT_EQ(r[0].global_call_count, 1);
   EXPECT_NE(r[1].start_ns, 1000);  // the host op keeps the host clock
-  const auto again = records();    // resolved once, kept
+  EXPECT_TRUE(r[0].timed_on_device);
+  EXPECT_FALSE(r[1].timed_on_device);
+  const auto again = records();  // resolved once, kept
   EXPECT_EQ(resolves, 1);
   EXPECT_EQ(again[0].end_ns, 4000);
 }

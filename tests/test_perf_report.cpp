@@ -81,6 +81,23 @@ TEST(PerfReport, TraceIsChromeTraceJsonWithOneProcessPerDevice) {
   expect_error([] { chrome_trace_json({}); }, {"no op records"});
 }
 
+TEST(PerfReport, OpsTimedOnAGpuGoOnTheDevicesGpuTrack) {
+  auto recs = sample_run(2, 1);
+  recs[0].timed_on_device = true;  // device 0's first op, timed by CUDA events
+  const json j = json::parse(chrome_trace_json(recs));
+  EXPECT_EQ(chrome_trace_problems(j), std::vector<std::string>{});
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> threads;  // (pid, tid) -> name
+  std::map<std::int64_t, int> gpu_ops;                                   // pid -> X events on 1
+  for (const json& e : j["traceEvents"]) {
+    if (e["name"] == "thread_name") threads[{e["pid"], e["tid"]}] = e["args"]["name"];
+    if (e["ph"] == "X" && e["tid"] == 1) ++gpu_ops[e["pid"].get<std::int64_t>()];
+  }
+  using Track = std::pair<std::int64_t, std::int64_t>;
+  EXPECT_EQ(threads, (std::map<Track, std::string>{
+                         {{0, 0}, "ops"}, {{0, 1}, "gpu (CUDA events)"}, {{1, 0}, "ops"}}));
+  EXPECT_EQ(gpu_ops, (std::map<std::int64_t, int>{{0, 1}}));
+}
+
 TEST(PerfReport, E2eStatsByHand) {
   const std::vector<double> t = {2, 4, 4, 4, 5, 5, 7, 9};  // mean 5, population std 2
   const E2eStats s = e2e_stats(t, 10);
@@ -121,6 +138,7 @@ TEST(PerfReport, RecordCodecRoundTrips) {
   auto recs = sample_run(2, 1);
   recs[3].bytes = 4096;
   recs[3].flops = 1.5e9;
+  recs[2].timed_on_device = true;
   const auto bytes = encode_records(recs);
   const auto back = decode_records(bytes);
   ASSERT_EQ(back.size(), recs.size());
@@ -136,6 +154,7 @@ TEST(PerfReport, RecordCodecRoundTrips) {
     EXPECT_EQ(back[k].end_ns, recs[k].end_ns);
     EXPECT_EQ(back[k].bytes, recs[k].bytes);
     EXPECT_EQ(back[k].flops, recs[k].flops);
+    EXPECT_EQ(back[k].timed_on_device, recs[k].timed_on_device);
   }
   const std::vector<std::uint8_t> junk = {0xff, 0x00, 0x13};
   expect_error([&] { decode_records(junk); }, {"not encoded op records"});

@@ -14,6 +14,9 @@ namespace {
 
 using nlohmann::json;
 
+/// The thread id of a device's GPU track: ops timed by the device's own events.
+constexpr int kGpuTrack = 1;
+
 json tensor_list(const std::vector<TensorInfo>& ts) {
   json out = json::array();
   for (const TensorInfo& t : ts) {
@@ -27,10 +30,11 @@ json tensor_list(const std::vector<TensorInfo>& ts) {
 std::string chrome_trace_json(std::span<const OpRecord> records) {
   MESHTEST_CHECK(!records.empty(), "chrome trace: no op records to write");
   std::int64_t t0 = records[0].start_ns;
-  std::set<int> devices;
+  std::set<int> devices, with_gpu_track;
   for (const OpRecord& r : records) {
     t0 = std::min(t0, r.start_ns);
     devices.insert(r.device_id);
+    if (r.timed_on_device) with_gpu_track.insert(r.device_id);
   }
   json events = json::array();
   for (int d : devices) {
@@ -49,6 +53,13 @@ std::string chrome_trace_json(std::span<const OpRecord> records) {
                       {"pid", d},
                       {"tid", 0},
                       {"args", {{"name", "ops"}}}});
+    if (with_gpu_track.contains(d)) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", d},
+                        {"tid", kGpuTrack},
+                        {"args", {{"name", "gpu (CUDA events)"}}}});
+    }
   }
   const auto us = [t0](std::int64_t ns) { return static_cast<double>(ns - t0) / 1e3; };
   for (const OpRecord& r : records) {
@@ -66,7 +77,7 @@ std::string chrome_trace_json(std::span<const OpRecord> records) {
                       {"name", r.op_code},
                       {"cat", op_type_name(r.op_type)},
                       {"pid", r.device_id},
-                      {"tid", 0},
+                      {"tid", r.timed_on_device ? kGpuTrack : 0},
                       {"ts", us(r.start_ns)},
                       {"dur", static_cast<double>(r.duration_ns()) / 1e3},
                       {"args",

@@ -43,6 +43,9 @@ struct OpRecord {
   std::int64_t end_ns = 0;
   std::int64_t bytes = 0;  ///< bytes moved (CCLs: bytes sent + received by this device)
   double flops = 0;
+  /// The times came from the device the op ran on (CUDA events: OpScope::device_times), not
+  /// the host clock; the trace shows such ops on the device's GPU track.
+  bool timed_on_device = false;
 
   std::int64_t duration_ns() const { return end_ns - start_ns; }
 };

@@ -24,6 +24,7 @@ TensorInfo info(const Tensor& t, std::string_view memory) {
 }
 
 void push(OpRecord&& r, std::unique_ptr<DeviceTimes> times = nullptr) {
+  r.timed_on_device = times != nullptr;
   const std::lock_guard lock(g_mutex);
   r.global_call_count = ++g_call_count;
   if (times) g_pending.emplace_back(g_records.size(), std::move(times));

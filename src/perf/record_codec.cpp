@@ -45,6 +45,7 @@ std::vector<std::uint8_t> encode_records(std::span<const OpRecord> records) {
                    {"end", r.end_ns},
                    {"bytes", r.bytes},
                    {"flops", r.flops}});
+    if (r.timed_on_device) all.back()["gpu"] = true;  // absent: the host clock
   }
   return json::to_cbor(all);
 }
@@ -67,6 +68,7 @@ std::vector<OpRecord> decode_records(std::span<const std::uint8_t> bytes) {
       r.end_ns = j.at("end").get<std::int64_t>();
       r.bytes = j.at("bytes").get<std::int64_t>();
       r.flops = j.at("flops").get<double>();
+      r.timed_on_device = j.value("gpu", false);
       out.push_back(std::move(r));
     }
   } catch (const json::exception& e) {
