@@ -19,7 +19,7 @@
 #                  without, asking for gpu fails naming it;
 #   gpu-example    examples/row_parallel_linear_gpu (its own CUDA kernel, on meshtest::dist_gpu)
 #                  against the install of `package`, with meshtest's CUDA compiler and
-#                  architectures; needs the GPU side;
+#                  architectures, no build type (-O0: the fastest compile); needs the GPU side;
 #   gpu-example-test  its ctest (np 1 2 4; every test skipped, with the reason, without GPUs);
 #   all            every phase, in this order (the gpu-example ones only with the GPU side).
 # No C++ standard is set by the examples: the meshtest targets carry C++20 (a .cu is C++17).
@@ -215,8 +215,10 @@ phase_gpu_example() {
   for v in CMAKE_CUDA_COMPILER CMAKE_CUDA_HOST_COMPILER CMAKE_CUDA_ARCHITECTURES; do
     [[ -z "$(cache_value "$v")" ]] || cuda_args+=("-D$v=$(cache_value "$v")")
   done
+  # No build type: only the example's three files compile, and its host code compiles fastest
+  # at -O0 (ptxas optimizes the kernel's device code whatever the host flags).
   build_example "$gpu_example" "$work/gpu-example" -DCMAKE_PREFIX_PATH="$work/prefix" \
-    ${build_type:+-DCMAKE_BUILD_TYPE="$build_type"} "${cuda_args[@]}"
+    -DCMAKE_BUILD_TYPE= "${cuda_args[@]}"
   grep -q "^meshtest_DIR:PATH=$work/prefix/" "$work/gpu-example/CMakeCache.txt" ||
     die "the GPU example did not find meshtest in $work/prefix: $(grep '^meshtest_DIR' "$work/gpu-example/CMakeCache.txt")"
   no_warnings "$work/gpu-example"
