@@ -17,14 +17,19 @@
 #   gpu-component  tests/external/gpu_component (on meshtest::dist_gpu) against the build
 #                  tree: built with the GPU side, it builds and runs (no GPU is fine);
 #                  without, asking for gpu fails naming it;
-#   all            every phase, in this order.
-# No C++ standard is set by either example: the meshtest targets carry C++20.
+#   gpu-example    examples/row_parallel_linear_gpu (its own CUDA kernel, on meshtest::dist_gpu)
+#                  against the install of `package`, with meshtest's CUDA compiler and
+#                  architectures, no build type (-O0: the fastest compile); needs the GPU side;
+#   gpu-example-test  its ctest (np 1 2 4; every test skipped, with the reason, without GPUs);
+#   all            every phase, in this order (the gpu-example ones only with the GPU side).
+# No C++ standard is set by the examples: the meshtest targets carry C++20 (a .cu is C++17).
 # Usage: run_external.sh [--build-dir DIR] [--work DIR] [--mpiexec PATH] [--phase PHASE]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 example="$root/examples/row_parallel_linear"
+gpu_example="$root/examples/row_parallel_linear_gpu"
 rank_failure="$root/docs/examples/external_test"
 build_dir="${MESHTEST_BUILD_DIR:-$root/build}"
 work=""
@@ -33,9 +38,10 @@ phase=all
 np=4
 run_timeout=60   # the job is killed after this
 max_seconds=30   # ...but it must end on its own within this
-phases=(package package-test subdir subdir-test rank-failure bad-component gpu-component)
+phases=(package package-test subdir subdir-test rank-failure bad-component gpu-component
+        gpu-example gpu-example-test)
 
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run_external: error: $*" >&2; exit 2; }
 
 while [[ $# -gt 0 ]]; do
@@ -50,6 +56,7 @@ while [[ $# -gt 0 ]]; do
 done
 if [[ "$phase" == all ]]; then
   run_phases=("${phases[@]}")
+  [[ -f "$build_dir/meshtestGpuTargets.cmake" ]] || run_phases=("${phases[@]:0:7}")
 elif [[ " ${phases[*]} " == *" $phase "* ]]; then
   run_phases=("$phase")
 else
@@ -199,6 +206,25 @@ phase_gpu_component() {
   echo "    pass: configure failed (exit $rc) with: $want"
 }
 
+phase_gpu_example() {
+  [[ -f "$build_dir/meshtestGpuTargets.cmake" ]] ||
+    die "meshtest in $build_dir was built without its GPU side: no gpu-example"
+  [[ -d "$work/prefix" ]] || die "$work/prefix is missing: run the package phase first (same --work)"
+  step "examples/row_parallel_linear_gpu against the install ($work/prefix), component gpu"
+  local cuda_args=() v
+  for v in CMAKE_CUDA_COMPILER CMAKE_CUDA_HOST_COMPILER CMAKE_CUDA_ARCHITECTURES; do
+    [[ -z "$(cache_value "$v")" ]] || cuda_args+=("-D$v=$(cache_value "$v")")
+  done
+  # No build type: only the example's three files compile, and its host code compiles fastest
+  # at -O0 (ptxas optimizes the kernel's device code whatever the host flags).
+  build_example "$gpu_example" "$work/gpu-example" -DCMAKE_PREFIX_PATH="$work/prefix" \
+    -DCMAKE_BUILD_TYPE= "${cuda_args[@]}"
+  grep -q "^meshtest_DIR:PATH=$work/prefix/" "$work/gpu-example/CMakeCache.txt" ||
+    die "the GPU example did not find meshtest in $work/prefix: $(grep '^meshtest_DIR' "$work/gpu-example/CMakeCache.txt")"
+  no_warnings "$work/gpu-example"
+  echo "    ok: $work/gpu-example/test_row_parallel_linear_gpu"
+}
+
 for p in "${run_phases[@]}"; do
   case "$p" in
     package) phase_package ;;
@@ -208,6 +234,8 @@ for p in "${run_phases[@]}"; do
     rank-failure) phase_rank_failure ;;
     bad-component) phase_bad_component ;;
     gpu-component) phase_gpu_component ;;
+    gpu-example) phase_gpu_example ;;
+    gpu-example-test) ctest_example "$work/gpu-example" ;;
   esac
 done
 echo "run_external: ok ($phase)"
