@@ -125,10 +125,10 @@ TEST(KernelBench, TheReportMarksEachWinnerAndCountsWins) {
   };
   const std::vector<ConfigBench> r = {{.config = f.quick_configs[0],
                                        .versions = {t("v1", 4), t("v2", 2), t("v3", 3)},
-                                       .eigen = t("eigen f32", 1)},
+                                       .baseline = t("eigen f32", 1)},
                                       {.config = f.quick_configs[1],
                                        .versions = {t("v1", 5), t("v2", 1), t("v3", 6)},
-                                       .eigen = t("eigen f32", 2)}};
+                                       .baseline = t("eigen f32", 2)}};
   const std::string s = bench_report(f, r);
   EXPECT_NE(s.find("wins: v1 0 v2 2 v3 0"), std::string::npos) << s;
   EXPECT_NE(s.find("overall winner: v2 (2 of 2 configurations, 3.000 ms in all)"),

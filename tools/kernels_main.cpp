@@ -3,11 +3,17 @@
 //   meshtest-kernels bench [FAMILY] [--quick] [--iterations N] [--warmup N] [--json F]
 // test runs every version against the reference on every configuration (exit 1 if one
 // fails); bench runs the same correctness suite first and refuses to time a family that fails.
+// The GPU families (fp8_matmul_gpu: src/gpu/kernels, docs/gpu_kernels.md) are built with the GPU
+// side; without a GPU they are skipped with the reason (an error when named), and their bench
+// times each version on the configurations it passed.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "src/core/error.hpp"
@@ -16,14 +22,33 @@
 #include "src/perf/report.hpp"
 #include "tools/subcommand.hpp"
 
+#if MESHTEST_KERNELS_GPU
+#include "src/gpu/kernels/family.hpp"
+#include "src/gpu/kernels/fp8_matmul.hpp"
+#endif
+
 namespace meshtest::tools {
 namespace {
 
 namespace po = boost::program_options;
 using kernels::Family;
 
+/// The families that run on a GPU, built or not (so that naming one in a CPU build says why).
+constexpr std::string_view kGpuFamilies[] = {"fp8_matmul_gpu"};
+
+#if MESHTEST_KERNELS_GPU
+const std::vector<gpu::GpuFamily>& gpu_families() {
+  static const std::vector<gpu::GpuFamily> all = {gpu::fp8_matmul_gpu_family()};
+  return all;
+}
+#endif
+
 struct Common {
   std::vector<const Family*> families;
+#if MESHTEST_KERNELS_GPU
+  std::vector<const gpu::GpuFamily*> gpu_families;
+#endif
+  bool named = false;  ///< one family named on the command line
   bool quick = false;
 };
 
@@ -40,6 +65,7 @@ std::optional<Common> parse(int argc, char** argv, po::options_description& opts
   if (vm.count("help")) {
     std::cout << opts << "\nfamilies:";
     for (const Family& f : kernels::families()) std::cout << " " << f.name;
+    for (std::string_view name : kGpuFamilies) std::cout << " " << name << " (GPU)";
     std::cout << "\n";
     return std::nullopt;
   }
@@ -47,9 +73,28 @@ std::optional<Common> parse(int argc, char** argv, po::options_description& opts
   Common c;
   c.quick = vm.count("quick") > 0;
   if (vm.count("family")) {
-    c.families.push_back(&kernels::family(vm["family"].as<std::string>()));
+    c.named = true;
+    const std::string name = vm["family"].as<std::string>();
+    if (std::ranges::find(kGpuFamilies, name) != std::end(kGpuFamilies)) {
+#if MESHTEST_KERNELS_GPU
+      for (const gpu::GpuFamily& f : gpu_families()) {
+        if (f.name == name) c.gpu_families.push_back(&f);
+      }
+#else
+      fail(
+          "kernel family {} runs on a GPU, and this meshtest-kernels was built without the GPU "
+          "side (MESHTEST_CUDA=OFF, or the CUDA toolkit or NCCL not found at configure: "
+          "docs/gpu.md)",
+          name);
+#endif
+    } else {
+      c.families.push_back(&kernels::family(name));
+    }
   } else {
     for (const Family& f : kernels::families()) c.families.push_back(&f);
+#if MESHTEST_KERNELS_GPU
+    for (const gpu::GpuFamily& f : gpu_families()) c.gpu_families.push_back(&f);
+#endif
   }
   return c;
 }
@@ -62,6 +107,26 @@ void describe(const Family& f) {
   fmt::print("{}: {}\n", f.name, f.description);
   for (const kernels::Version& v : f.versions) fmt::print("  {}: {}\n", v.name, v.description);
 }
+
+#if MESHTEST_KERNELS_GPU
+/// Prints the family and returns true when it can run here; otherwise a skip line naming why
+/// (false), or, when the family was named on the command line, an Error.
+bool describe_gpu(const gpu::GpuFamily& f, bool named) {
+  const std::string why = gpu::gpu_unavailable_reason();
+  if (!why.empty()) {
+    MESHTEST_CHECK(!named, "kernel family {} runs on a GPU: {}", f.name, why);
+    fmt::print("{}: skipped: {}\n\n", f.name, why);
+    return false;
+  }
+  fmt::print("{}: {} (on the GPU, cuda:0)\n", f.name, f.cpu->description);
+  for (const gpu::GpuVersion& v : f.versions) fmt::print("  {}: {}\n", v.name, v.description);
+  return true;
+}
+
+std::vector<kernels::Config> gpu_configs(const gpu::GpuFamily& f, bool quick) {
+  return quick ? f.quick_configs() : f.configs();
+}
+#endif
 
 int test_main(int argc, char** argv) {
   po::options_description opts(
@@ -77,6 +142,14 @@ int test_main(int argc, char** argv) {
     fmt::print("{}\n", kernels::correctness_report(checks));
     ok = ok && kernels::all_pass(checks);
   }
+#if MESHTEST_KERNELS_GPU
+  for (const gpu::GpuFamily* f : c->gpu_families) {
+    if (!describe_gpu(*f, c->named)) continue;
+    const auto checks = gpu::check_gpu_family(*f, gpu_configs(*f, c->quick));
+    fmt::print("{}\n", gpu::gpu_correctness_report(checks));
+    ok = ok && gpu::all_pass(checks);
+  }
+#endif
   return ok ? 0 : 1;
 }
 
@@ -111,8 +184,33 @@ int bench_main(int argc, char** argv) {
     fmt::print("{}\n", kernels::bench_report(*f, results));
     json += kernels::bench_json(*f, results);
   }
+  bool ok = true;
+#if MESHTEST_KERNELS_GPU
+  for (const gpu::GpuFamily* f : c->gpu_families) {
+    if (!describe_gpu(*f, c->named)) continue;
+    const auto configs = gpu_configs(*f, c->quick);
+    const auto checks = gpu::check_gpu_family(*f, configs);
+    if (!gpu::all_pass(checks)) {
+      // A version that fails a configuration is not timed there; the others are.
+      fmt::print(
+          "{}\n{}: the correctness suite fails; timing only the versions that passed, on "
+          "the configurations they passed\n",
+          gpu::gpu_correctness_report(checks), f->name);
+      ok = false;
+    } else {
+      fmt::print("{}", gpu::gpu_correctness_report(checks));
+    }
+    fmt::print(
+        "timing on the GPU with CUDA events ({} warm-up, {} timed runs each; operands "
+        "uploaded before)\n",
+        bo.warmup, bo.iterations);
+    const auto results = gpu::bench_gpu_family(*f, configs, checks, bo);
+    fmt::print("{}\n", kernels::bench_report(f->name, gpu::version_names(*f), results));
+    json += kernels::bench_json(f->name, results);
+  }
+#endif
   if (vm.count("json")) perf::write_text_atomic(vm["json"].as<std::string>(), json);
-  return 0;
+  return ok ? 0 : 1;
 }
 
 const RegisterSubcommand test_reg{

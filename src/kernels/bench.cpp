@@ -40,6 +40,17 @@ const Timing& fastest(const ConfigBench& c) {
   return *std::ranges::min_element(c.versions, {}, &Timing::mean_ms);
 }
 
+/// "eigen" for "eigen f32": the baseline's column label.
+std::string baseline_label(const ConfigBench& c) {
+  return c.baseline.version.substr(0, c.baseline.version.find(' '));
+}
+
+/// The mean time of `version` on c, or nullptr when it was not timed there.
+const Timing* timing_of(const ConfigBench& c, const std::string& version) {
+  const auto it = std::ranges::find(c.versions, version, &Timing::version);
+  return it == c.versions.end() ? nullptr : &*it;
+}
+
 }  // namespace
 
 std::vector<ConfigBench> bench_family(const Family& f, std::span<const Config> configs,
@@ -48,7 +59,7 @@ std::vector<ConfigBench> bench_family(const Family& f, std::span<const Config> c
   for (const Config& c : configs) {
     const Inputs in = f.make_inputs(c);
     const double flops = f.flops(c);
-    ConfigBench r{.config = c, .versions = {}, .eigen = {}};
+    ConfigBench r{.config = c, .versions = {}, .baseline = {}};
     for (const Version& v : f.versions) {
       r.versions.push_back(time_runs(v.name, flops, opt, [&] { (void)v.run(in); }));
     }
@@ -56,7 +67,7 @@ std::vector<ConfigBench> bench_family(const Family& f, std::span<const Config> c
     const Tensor a = random_normal(Shape({c.m, c.k}), DType::f32, {.seed = 5, .stream = 1});
     const Tensor b = random_normal(Shape({c.n, c.k}), DType::f32, {.seed = 5, .stream = 2});
     Tensor y(Shape({c.m, c.n}), DType::f32);
-    r.eigen = time_runs("eigen f32", flops, opt, [&] {
+    r.baseline = time_runs("eigen f32", flops, opt, [&] {
       y.matrix<float>().noalias() = a.matrix<float>() * b.matrix<float>().transpose();
     });
     out.push_back(std::move(r));
@@ -82,70 +93,100 @@ std::string recommendation(const std::string& simplest, const std::string& winne
   return fmt::format("take {}: {:.1f} % faster than the simpler {}", winner, 100 * gain, simplest);
 }
 
+std::vector<std::string> version_names(const Family& f) {
+  std::vector<std::string> names;
+  for (const Version& v : f.versions) names.push_back(v.name);
+  return names;
+}
+
 std::string bench_report(const Family& f, std::span<const ConfigBench> results) {
+  const std::vector<std::string> names = version_names(f);
+  return bench_report(f.name, names, results);
+}
+
+std::string bench_report(std::string_view family, std::span<const std::string> versions,
+                         std::span<const ConfigBench> results) {
   std::string out;
   std::map<std::string, int> wins;
   std::map<std::string, double> total_ms;
   for (const ConfigBench& r : results) {
+    out += fmt::format("\n{} {}: m {} n {} k {} block {}\n", family, r.config.name, r.config.m,
+                       r.config.n, r.config.k, r.config.block);
+    if (r.versions.empty()) {
+      out += "  no version timed\n";
+      continue;
+    }
     const Timing& best = fastest(r);
     ++wins[best.version];
-    out += fmt::format("\n{} {}: m {} n {} k {} block {}\n", f.name, r.config.name, r.config.m,
-                       r.config.n, r.config.k, r.config.block);
     out += fmt::format("  {:<10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "version", "mean ms",
-                       "best ms", "std ms", "TFLOP/s", "% best", "x eigen");
+                       "best ms", "std ms", "TFLOP/s", "% best", "x " + baseline_label(r));
     for (const Timing& t : r.versions) {
       total_ms[t.version] += t.mean_ms;
       out += fmt::format("  {:<10} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f} {:>8.1f}% {:>9.2f}{}\n",
                          t.version, t.mean_ms, t.best_ms, t.std_ms, t.tflops,
-                         100 * best.mean_ms / t.mean_ms, r.eigen.mean_ms / t.mean_ms,
+                         100 * best.mean_ms / t.mean_ms, r.baseline.mean_ms / t.mean_ms,
                          &t == &best ? "  *" : "");
     }
     out += fmt::format("  {:<10} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f}   (baseline, same run)\n",
-                       r.eigen.version, r.eigen.mean_ms, r.eigen.best_ms, r.eigen.std_ms,
-                       r.eigen.tflops);
+                       r.baseline.version, r.baseline.mean_ms, r.baseline.best_ms,
+                       r.baseline.std_ms, r.baseline.tflops);
   }
-  if (results.empty()) return out;
+  if (results.empty() || versions.empty() || wins.empty()) return out;
   out += "\nwins:";
-  for (const Version& v : f.versions) out += fmt::format(" {} {}", v.name, wins[v.name]);
-  std::string winner = f.versions.front().name;
-  for (const Version& v : f.versions) {
-    if (wins[v.name] > wins[winner] ||
-        (wins[v.name] == wins[winner] && total_ms[v.name] < total_ms[winner])) {
-      winner = v.name;
+  for (const std::string& v : versions) out += fmt::format(" {} {}", v, wins[v]);
+  std::string winner = versions.front();
+  for (const std::string& v : versions) {
+    if (wins[v] > wins[winner] || (wins[v] == wins[winner] && total_ms[v] < total_ms[winner])) {
+      winner = v;
     }
   }
-  const std::string& simplest = f.versions.front().name;
+  const std::string& simplest = versions.front();
   // The winner's speed against the simplest version: the geometric mean over the
-  // configurations of the ratio of their mean times (each configuration counts alike).
+  // configurations where both were timed of the ratio of their mean times (each counts alike).
   double log_sum = 0;
+  int both = 0;
   for (const ConfigBench& r : results) {
-    const auto ms = [&](const std::string& v) {
-      return std::ranges::find(r.versions, v, &Timing::version)->mean_ms;
-    };
-    log_sum += std::log(ms(simplest) / ms(winner));
+    const Timing* s = timing_of(r, simplest);
+    const Timing* w = timing_of(r, winner);
+    if (s == nullptr || w == nullptr) continue;
+    log_sum += std::log(s->mean_ms / w->mean_ms);
+    ++both;
   }
-  const double speedup = std::exp(log_sum / static_cast<double>(results.size()));
   out += fmt::format("\noverall winner: {} ({} of {} configurations, {:.3f} ms in all)\n", winner,
                      wins[winner], results.size(), total_ms[winner]);
-  out += fmt::format("{} against {}: {:.3f}x (geometric mean of the time ratios)\n", winner,
-                     simplest, speedup);
+  if (both == 0) {
+    out += fmt::format("recommendation: take {}: {} was timed on none of its configurations\n",
+                       winner, simplest);
+    return out;
+  }
+  const double speedup = std::exp(log_sum / both);
+  out += fmt::format("{} against {}: {:.3f}x (geometric mean of the time ratios{})\n", winner,
+                     simplest, speedup,
+                     both == static_cast<int>(results.size())
+                         ? ""
+                         : fmt::format(", over the {} configurations timing both", both));
   out += "recommendation: " + recommendation(simplest, winner, speedup) + "\n";
   return out;
 }
 
 std::string bench_json(const Family& f, std::span<const ConfigBench> results) {
+  return bench_json(f.name, results);
+}
+
+std::string bench_json(std::string_view family, std::span<const ConfigBench> results) {
   std::string out;
   for (const ConfigBench& r : results) {
     std::vector<const Timing*> all;
     for (const Timing& t : r.versions) all.push_back(&t);
-    all.push_back(&r.eigen);
+    all.push_back(&r.baseline);
     for (const Timing* t : all) {
-      const nlohmann::json j = {{"family", f.name},      {"config", r.config.name},
-                                {"m", r.config.m},       {"n", r.config.n},
-                                {"k", r.config.k},       {"block", r.config.block},
-                                {"version", t->version}, {"mean_ms", t->mean_ms},
-                                {"best_ms", t->best_ms}, {"std_ms", t->std_ms},
-                                {"tflops", t->tflops},   {"x_eigen", r.eigen.mean_ms / t->mean_ms}};
+      const nlohmann::json j = {
+          {"family", family},      {"config", r.config.name},
+          {"m", r.config.m},       {"n", r.config.n},
+          {"k", r.config.k},       {"block", r.config.block},
+          {"version", t->version}, {"mean_ms", t->mean_ms},
+          {"best_ms", t->best_ms}, {"std_ms", t->std_ms},
+          {"tflops", t->tflops},   {"x_" + baseline_label(r), r.baseline.mean_ms / t->mean_ms}};
       out += j.dump() + "\n";
     }
   }

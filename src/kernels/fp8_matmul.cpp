@@ -29,7 +29,7 @@ double tolerance(std::int64_t k, std::int64_t block) {
 
 Config config(std::string name, std::int64_t m, std::int64_t n, std::int64_t k,
               std::int64_t block) {
-  return {std::move(name), m, n, k, block, tolerance(k, block)};
+  return fp8_matmul_config(std::move(name), m, n, k, block);
 }
 
 constexpr Fp8Format kFormat = Fp8Format::e4m3fn;
@@ -71,6 +71,11 @@ MatrixF panel(const Tensor& codes, std::int64_t k0, std::int64_t kw) {
 }
 
 }  // namespace
+
+Config fp8_matmul_config(std::string name, std::int64_t m, std::int64_t n, std::int64_t k,
+                         std::int64_t block) {
+  return {std::move(name), m, n, k, block, tolerance(k, block)};
+}
 
 Fp8MatmulOperands fp8_matmul_operands(const Inputs& in) {
   MESHTEST_CHECK(in.tensors.size() == 4, "fp8_matmul: 4 operands (xq, xs, wq, ws) expected, got {}",

@@ -12,6 +12,9 @@
 //              columns of each N block scaled by w's block scale as they are added to y
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "src/kernels/family.hpp"
 #include "src/ops/block_quant.hpp"
 
@@ -32,6 +35,11 @@ Tensor fp8_matmul_reference(const Inputs& in);
 Tensor fp8_matmul_v1(const Inputs& in);
 Tensor fp8_matmul_v2(const Inputs& in);
 Tensor fp8_matmul_v3(const Inputs& in);
+
+/// A configuration of this family, its tolerance from the error model (f32 result against the
+/// f64 reference, k products and two roundings per K block).
+Config fp8_matmul_config(std::string name, std::int64_t m, std::int64_t n, std::int64_t k,
+                         std::int64_t block);
 
 Family fp8_matmul_family();
 
