@@ -234,7 +234,7 @@ TEST_F(GpuTp, BadInputIsAnErrorNamingIt) {
             }).find("is host memory, not memory of cuda:"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              blas.gemm(DType::f64, 4, 6, 8, x.bytes(), w.bytes(), nullptr, nullptr);
+              blas.gemm_unchecked(DType::f64, 4, 6, 8, x.bytes(), w.bytes(), nullptr, nullptr);
             }).find("dtype f64 is not supported"),
             std::string::npos);
   // A tensor on another GPU than the Blas's (where this rank sees two).
