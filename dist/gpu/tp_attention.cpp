@@ -10,13 +10,14 @@ TpAttentionProjections to_device(const AttentionWeights& shard) {
           .out_bias = DeviceTensor::from_host(shard.out_bias)};
 }
 
-DeviceTensor tp_qkv_projection(gpu::Blas& blas, const DeviceTensor& x,
+DeviceTensor tp_qkv_projection(meshtest::gpu::Blas& blas, const DeviceTensor& x,
                                const TpAttentionProjections& w) {
   return column_parallel_linear(blas, x, w.qkv_weight, &w.qkv_bias);
 }
 
-DeviceTensor tp_out_projection(const MeshDevice& mesh, gpu::Blas& blas, const DeviceTensor& o,
-                               const TpAttentionProjections& w, const GpuTpOptions& opt) {
+DeviceTensor tp_out_projection(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                               const DeviceTensor& o, const TpAttentionProjections& w,
+                               const GpuTpOptions& opt) {
   return row_parallel_linear(mesh, blas, o, w.out_weight, &w.out_bias, opt);
 }
 

@@ -23,13 +23,14 @@ TpAttentionProjections to_device(const AttentionWeights& shard);
 
 /// qkv = x · qkv_weightᵀ + qkv_bias (column-parallel: local).
 ///   x: [T, hidden]  ->  [T, (H/p + 2 KV/p) d]
-DeviceTensor tp_qkv_projection(gpu::Blas& blas, const DeviceTensor& x,
+DeviceTensor tp_qkv_projection(meshtest::gpu::Blas& blas, const DeviceTensor& x,
                                const TpAttentionProjections& w);
 
 /// out = all_reduce(o · out_weightᵀ (+ out_bias on axis index 0)) (row-parallel: collective
 /// over opt.axis, row_parallel_linear's errors).
 ///   o: [T, H/p d] (the attention output of this device's q heads)  ->  [T, hidden]
-DeviceTensor tp_out_projection(const MeshDevice& mesh, gpu::Blas& blas, const DeviceTensor& o,
-                               const TpAttentionProjections& w, const GpuTpOptions& opt = {});
+DeviceTensor tp_out_projection(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                               const DeviceTensor& o, const TpAttentionProjections& w,
+                               const GpuTpOptions& opt = {});
 
 }  // namespace meshtest::dist

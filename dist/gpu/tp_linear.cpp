@@ -7,19 +7,20 @@
 
 namespace meshtest::dist {
 
-DeviceTensor column_parallel_linear(gpu::Blas& blas, const DeviceTensor& x,
+DeviceTensor column_parallel_linear(meshtest::gpu::Blas& blas, const DeviceTensor& x,
                                     const DeviceTensor& weight, const DeviceTensor* bias) {
-  return bias != nullptr ? gpu::linear(blas, x, weight, *bias) : gpu::linear(blas, x, weight);
+  return bias != nullptr ? meshtest::gpu::linear(blas, x, weight, *bias)
+                         : meshtest::gpu::linear(blas, x, weight);
 }
 
-DeviceTensor row_parallel_linear(const MeshDevice& mesh, gpu::Blas& blas, const DeviceTensor& x,
-                                 const DeviceTensor& weight, const DeviceTensor* bias,
-                                 const GpuTpOptions& opt) {
+DeviceTensor row_parallel_linear(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                                 const DeviceTensor& x, const DeviceTensor& weight,
+                                 const DeviceTensor* bias, const GpuTpOptions& opt) {
   const bool adds_bias = bias != nullptr && mesh.axis_index(opt.axis) == 0;
   check_and_agree(mesh.comm(opt.axis), "row_parallel_linear",
-                  [&] { gpu::check_linear(blas, x, weight, bias); });
-  DeviceTensor partial =
-      adds_bias ? gpu::linear(blas, x, weight, *bias) : gpu::linear(blas, x, weight);
+                  [&] { meshtest::gpu::check_linear(blas, x, weight, bias); });
+  DeviceTensor partial = adds_bias ? meshtest::gpu::linear(blas, x, weight, *bias)
+                                   : meshtest::gpu::linear(blas, x, weight);
   blas.synchronize();  // the CCL reads complete tensors only
   all_reduce_inplace(mesh, partial, {.axis = opt.axis, .numerics = opt.numerics});
   return partial;

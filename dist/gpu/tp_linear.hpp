@@ -28,19 +28,19 @@ struct GpuTpOptions {
   Numerics numerics = Numerics::from_env;
 };
 
-/// Column-parallel linear: gpu::linear(x, weight, bias) on this device's shard (see the file
-/// comment). Local: an Error (gpu::linear's) on this device only.
+/// Column-parallel linear: meshtest::gpu::linear(x, weight, bias) on this device's shard (see the
+/// file comment). Local: an Error (meshtest::gpu::linear's) on this device only.
 ///   x: [..., in], weight: [out_i, in], bias: [out_i] (or none)  ->  [..., out_i]
-DeviceTensor column_parallel_linear(gpu::Blas& blas, const DeviceTensor& x,
+DeviceTensor column_parallel_linear(meshtest::gpu::Blas& blas, const DeviceTensor& x,
                                     const DeviceTensor& weight, const DeviceTensor* bias);
 
 /// Row-parallel linear (see the file comment). Collective over opt.axis: every device calls it
-/// with its shard; bad input on any device (shapes, dtypes, devices: gpu::check_linear) is the
-/// same Error on every device of the axis, before the GEMM and the all_reduce. bias is read on
-/// axis index 0 only (the others' may be null); its shape is checked wherever it is given.
+/// with its shard; bad input on any device (shapes, dtypes, devices: meshtest::gpu::check_linear)
+/// is the same Error on every device of the axis, before the GEMM and the all_reduce. bias is read
+/// on axis index 0 only (the others' may be null); its shape is checked wherever it is given.
 ///   x: [..., in_i], weight: [out, in_i], bias: [out]  ->  [..., out]
-DeviceTensor row_parallel_linear(const MeshDevice& mesh, gpu::Blas& blas, const DeviceTensor& x,
-                                 const DeviceTensor& weight, const DeviceTensor* bias,
-                                 const GpuTpOptions& opt = {});
+DeviceTensor row_parallel_linear(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                                 const DeviceTensor& x, const DeviceTensor& weight,
+                                 const DeviceTensor* bias, const GpuTpOptions& opt = {});
 
 }  // namespace meshtest::dist

@@ -32,20 +32,20 @@ TpMlpShard shard_mlp(const Tensor& w1, const Tensor& b1, const Tensor& w2, const
           .b2 = DeviceTensor::from_host(b2)};
 }
 
-DeviceTensor tp_mlp(const MeshDevice& mesh, gpu::Blas& blas, const DeviceTensor& x,
+DeviceTensor tp_mlp(const MeshDevice& mesh, meshtest::gpu::Blas& blas, const DeviceTensor& x,
                     const TpMlpShard& w, const TpMlpOptions& opt) {
   check_and_agree(mesh.comm(opt.tp.axis), "tp_mlp", [&] {
-    gpu::check_linear(blas, x, w.w1, &w.b1);
+    meshtest::gpu::check_linear(blas, x, w.w1, &w.b1);
     MESHTEST_CHECK(
         w.w1.shape()[0] % 2 == 0 && w.w2.rank() == 2 && w.w2.shape()[1] == w.w1.shape()[0] / 2,
         "w1 is {} and w2 {}: expected w1 [2I_local, hidden] and w2 [hidden, I_local]",
-        gpu::describe(w.w1), gpu::describe(w.w2));
+        meshtest::gpu::describe(w.w1), meshtest::gpu::describe(w.w2));
     MESHTEST_CHECK(std::isfinite(opt.alpha) && std::isfinite(opt.limit) && opt.limit > 0,
                    "swiglu's alpha {} must be finite and limit {} finite and > 0", opt.alpha,
                    opt.limit);
   });
   const DeviceTensor h = column_parallel_linear(blas, x, w.w1, &w.b1);
-  const DeviceTensor a = gpu::swiglu(h, blas.stream(), opt.alpha, opt.limit);
+  const DeviceTensor a = meshtest::gpu::swiglu(h, blas.stream(), opt.alpha, opt.limit);
   return row_parallel_linear(mesh, blas, a, w.w2, &w.b2, opt.tp);
 }
 

@@ -37,7 +37,7 @@ struct TpMlpOptions {
 ///   x: [..., hidden] (the same on every device of the axis)  ->  [..., hidden] (likewise)
 /// Collective over the axis: bad input on any device (shapes, dtypes, devices, swiglu's
 /// alpha/limit) is the same Error on every device, before any work is queued.
-DeviceTensor tp_mlp(const MeshDevice& mesh, gpu::Blas& blas, const DeviceTensor& x,
+DeviceTensor tp_mlp(const MeshDevice& mesh, meshtest::gpu::Blas& blas, const DeviceTensor& x,
                     const TpMlpShard& w, const TpMlpOptions& opt = {});
 
 }  // namespace meshtest::dist
