@@ -1,5 +1,6 @@
 # cuda.cmake — the MESHTEST_CUDA option (AUTO, ON, OFF) and what the GPU side needs: the CUDA
-# toolkit (nvcc, CUDA::cudart, CUDA::cublas) and NCCL (meshtest::nccl, cmake/FindNCCL.cmake).
+# toolkit (nvcc, CUDA::cudart, CUDA::cublas, CUDA::cublasLt) and NCCL (meshtest::nccl,
+# cmake/FindNCCL.cmake).
 # AUTO builds the GPU side when all are found and says what is missing otherwise; ON makes a
 # missing one a configure error; OFF looks for nothing. Sets MESHTEST_CUDA_ENABLED (ON or OFF)
 # for the rest of the tree and, when ON, enables the CUDA language (architectures 90:
@@ -34,7 +35,7 @@ if(NOT meshtest_cuda_mode STREQUAL "OFF")
     if(NOT CUDAToolkit_NVCC_EXECUTABLE)
       list(APPEND meshtest_cuda_missing "nvcc (CUDA toolkit ${CUDAToolkit_VERSION})")
     endif()
-    foreach(lib cudart cublas)
+    foreach(lib cudart cublas cublasLt)
       if(NOT TARGET CUDA::${lib})
         list(APPEND meshtest_cuda_missing "CUDA::${lib} (lib${lib} of CUDA ${CUDAToolkit_VERSION})")
       endif()

@@ -1,0 +1,221 @@
+// blas: the cuBLASLt handle, its plan cache and the row-major GEMM with a bias epilogue.
+#include "src/gpu/blas.hpp"
+
+#include <cublasLt.h>
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <string_view>
+#include <tuple>
+
+#include "src/gpu/elementwise_kernel.hpp"
+#include "src/gpu/runtime.hpp"
+
+namespace meshtest::gpu {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+[[noreturn]] void lt_fail(cublasStatus_t s, const char* expr, const char* file, int line) {
+  fail("cuBLASLt error {}: {} in `{}` ({}:{})", cublasLtGetStatusName(s),
+       cublasLtGetStatusString(s), expr, file, line);
+}
+
+#define MESHTEST_LT_CHECK(expr)                                \
+  do {                                                         \
+    const cublasStatus_t meshtest_lt_status_ = (expr);         \
+    if (meshtest_lt_status_ != CUBLAS_STATUS_SUCCESS)          \
+      lt_fail(meshtest_lt_status_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// The largest power of two up to 256 that divides every address (0 for null ones).
+std::uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
+  std::uintptr_t bits = 256;
+  for (const void* p : ptrs) bits |= reinterpret_cast<std::uintptr_t>(p);
+  return static_cast<std::uint32_t>(bits & (~bits + 1));
+}
+
+// One shape's descriptors and algorithm; the layouts view row-major y = x·wᵀ as column-major
+// yᵀ[n, m] = (wᵀ)ᵀ[n, k] · xᵀ[k, m]: A = w (k x n, lda k, transposed), B = x (k x m, ldb k),
+// D = y (n x m, ldd n), so the bias (one per row of D) runs along y's columns.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+using PlanKey = std::tuple<DType, std::int64_t, std::int64_t, std::int64_t, bool, std::uint32_t>;
+
+cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+}  // namespace
+
+struct Blas::Impl {
+  Stream stream;
+  int device = current_device();
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<PlanKey, Plan> plans;
+
+  Impl() {
+    MESHTEST_LT_CHECK(cublasLtCreate(&handle));
+    const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
+    if (err != cudaSuccess) {
+      cublasLtDestroy(handle);
+      cuda_fail(err, "cudaMalloc(&workspace, kWorkspaceBytes)", __FILE__, __LINE__);
+    }
+  }
+  ~Impl() {
+    plans.clear();
+    const DeviceGuard guard(device);
+    cudaStreamSynchronize(stream.get());  // the workspace may be in use until then
+    cudaFree(workspace);
+    cublasLtDestroy(handle);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  Plan& plan(DType t, std::int64_t m, std::int64_t n, std::int64_t k, const void* bias,
+             std::uint32_t align) {
+    const PlanKey key{t, m, n, k, bias != nullptr, align};
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    Plan& p = plans[key];
+    try {
+      build(p, t, m, n, k, bias, align);
+    } catch (...) {
+      plans.erase(key);
+      throw;
+    }
+    return p;
+  }
+
+  void build(Plan& p, DType t, std::int64_t m, std::int64_t n, std::int64_t k, const void* bias,
+             std::uint32_t align) const {
+    const cudaDataType_t ct = cuda_type(t);
+    MESHTEST_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    MESHTEST_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    MESHTEST_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (bias != nullptr) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const auto bias_type = static_cast<std::int32_t>(ct);
+      MESHTEST_LT_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+      MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                       &bias_type, sizeof bias_type));
+      MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bias, sizeof bias));
+    }
+    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+    MESHTEST_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ct, u(k), u(n), k));
+    MESHTEST_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ct, u(k), u(m), k));
+    MESHTEST_LT_CHECK(cublasLtMatrixLayoutCreate(&p.d, ct, u(n), u(m), n));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    MESHTEST_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const std::size_t ws = kWorkspaceBytes;
+    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    for (const auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result,
+                                         &found);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    MESHTEST_LT_CHECK(s);
+    MESHTEST_CHECK(
+        found > 0,
+        "gpu gemm: cuBLASLt has no algorithm for {} y[{}, {}] = x[{}, {}] * w[{}, {}]^T{} "
+        "(pointers aligned to {} bytes) on cuda:{}",
+        t, m, n, m, k, n, k, bias != nullptr ? " + bias" : "", align, device);
+    p.algo = result.algo;
+  }
+};
+
+Blas::Blas() : impl_(std::make_unique<Impl>()) {}
+Blas::~Blas() = default;
+Blas::Blas(Blas&& other) noexcept = default;
+Blas& Blas::operator=(Blas&& other) noexcept = default;
+
+cudaStream_t Blas::stream() const { return impl_->stream.get(); }
+int Blas::device() const { return impl_->device; }
+void Blas::synchronize() const { impl_->stream.synchronize(); }
+
+namespace {
+
+void check_pointer(const void* p, std::string_view what, int device) {
+  cudaPointerAttributes a{};
+  const cudaError_t err = cudaPointerGetAttributes(&a, p);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("gpu gemm: {} ({}) is not memory CUDA knows ({}), not memory of cuda:{}", what, p,
+         cudaGetErrorName(err), device);
+  }
+  MESHTEST_CHECK(a.type == cudaMemoryTypeDevice && a.device == device,
+                 "gpu gemm: {} ({}) is {}, not memory of cuda:{}", what, p,
+                 a.type == cudaMemoryTypeDevice    ? fmt::format("memory of cuda:{}", a.device)
+                 : a.type == cudaMemoryTypeManaged ? std::string("managed memory")
+                                                   : std::string("host memory"),
+                 device);
+}
+
+}  // namespace
+
+void Blas::gemm(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* x,
+                const void* w, const void* bias, void* y) {
+  if (m > 0 && n > 0) {
+    check_pointer(y, "y", impl_->device);
+    if (k > 0) check_pointer(x, "x", impl_->device), check_pointer(w, "w", impl_->device);
+    if (bias != nullptr) check_pointer(bias, "bias", impl_->device);
+  }
+  gemm_unchecked(dtype, m, n, k, x, w, bias, y);
+}
+
+void Blas::gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                          const void* x, const void* w, const void* bias, void* y) {
+  MESHTEST_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+                 "gpu gemm: dtype {} is not supported (f32 or bf16)", dtype);
+  constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+  MESHTEST_CHECK(m >= 0 && n >= 0 && k >= 0 && m <= kMax && n <= kMax && k <= kMax,
+                 "gpu gemm: sizes m {} n {} k {} must lie in 0 .. {}", m, n, k, kMax);
+  if (m == 0 || n == 0) return;
+  const DeviceGuard guard(impl_->device);
+  const detail::Float ft = dtype == DType::bf16 ? detail::Float::bf16 : detail::Float::f32;
+  if (k == 0) {
+    MESHTEST_CUDA_CHECK(detail::launch_broadcast_rows(ft, bias, y, m, n, stream()));
+    return;
+  }
+  Plan& p = impl_->plan(dtype, m, n, k, bias, common_alignment({x, w, bias, y}));
+  if (bias != nullptr) {
+    MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof bias));
+  }
+  const float one = 1.0f, zero = 0.0f;
+  MESHTEST_LT_CHECK(cublasLtMatmul(impl_->handle, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d, y,
+                                   p.d, &p.algo, impl_->workspace, kWorkspaceBytes, stream()));
+}
+
+}  // namespace meshtest::gpu

@@ -1,0 +1,53 @@
+// blas: a cuBLASLt handle with its stream and workspace, and the one GEMM meshtest's GPU ops use
+// (y = x·Wᵀ + b on row-major buffers, f32 accumulation).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "src/core/dtype.hpp"
+
+namespace meshtest::gpu {
+
+/// A cuBLASLt handle on the device current at construction, with its own non-blocking stream
+/// (runtime.hpp's Stream) and a 32 MiB workspace. The GPU ops of this folder (linear, swiglu's
+/// callers) queue their work on stream(): ops on one Blas run in call order, and their outputs
+/// are complete only after synchronize(). Plans (descriptors and the heuristic's algorithm) are
+/// cached per shape, so repeated calls cost one cublasLtMatmul. Not thread safe; move-only.
+class Blas {
+ public:
+  Blas();
+  ~Blas();
+  Blas(Blas&& other) noexcept;
+  Blas& operator=(Blas&& other) noexcept;
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  cudaStream_t stream() const;
+  /// The CUDA ordinal of the device the handle, stream and workspace belong to.
+  int device() const;
+  /// Blocks until everything queued on stream() has finished; throws its error if any.
+  void synchronize() const;
+
+  /// Queues y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]) on stream(): row-major, contiguous, dtype
+  /// f32 or bf16 for all four; products accumulate in f32 (CUBLAS_COMPUTE_32F: no TF32) and
+  /// the bias joins the f32 sum before the one rounding to dtype (the epilogue), as the CPU
+  /// linear. bias may be null; k = 0 gives y = bias (or 0); m = 0 or n = 0 queues nothing.
+  /// Every pointer must be device memory of device() (checked: an Error names a host or
+  /// foreign pointer, "x is host memory, not memory of cuda:0"), y must not overlap the others.
+  void gemm(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* x,
+            const void* w, const void* bias, void* y);
+  /// gemm without the pointer checks (cudaPointerGetAttributes, about 0.2 us each): for callers
+  /// whose pointers are DeviceTensors of device() (linear.hpp). The dtype and sizes are still
+  /// checked.
+  void gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* x,
+                      const void* w, const void* bias, void* y);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshtest::gpu

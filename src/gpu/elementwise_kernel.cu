@@ -1,0 +1,108 @@
+// elementwise_kernel: gpt-oss SwiGLU and the row broadcast of a bias, f32 and bf16 (as bits).
+#include "src/gpu/elementwise_kernel.hpp"
+
+#include <cstdint>
+
+namespace meshtest::gpu::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 65535;
+
+// bf16 bits <-> f32: exact widening; rounding to nearest even, NaN kept quiet with its sign.
+__device__ __forceinline__ float widen(std::uint16_t b) {
+  return __uint_as_float(static_cast<unsigned>(b) << 16);
+}
+__device__ __forceinline__ std::uint16_t narrow(float x) {
+  const unsigned u = __float_as_uint(x);
+  if (isnan(x)) return static_cast<std::uint16_t>((u & 0x80000000u) != 0 ? 0xffc0u : 0x7fc0u);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <class S>
+__device__ __forceinline__ float load(const S* p, std::int64_t i) {
+  if constexpr (sizeof(S) == 2) {
+    return widen(p[i]);
+  } else {
+    return p[i];
+  }
+}
+template <class S>
+__device__ __forceinline__ void store(S* p, std::int64_t i, float v) {
+  if constexpr (sizeof(S) == 2) {
+    p[i] = narrow(v);
+  } else {
+    p[i] = v;
+  }
+}
+// One step's rounding: to bf16 and back for S = bf16, none for f32.
+template <class S>
+__device__ __forceinline__ float r(float v) {
+  if constexpr (sizeof(S) == 2) {
+    return widen(narrow(v));
+  } else {
+    return v;
+  }
+}
+
+template <class S>
+__global__ void swiglu_kernel(const S* x, S* y, std::int64_t rows, std::int64_t half, float alpha,
+                              float limit) {
+  const std::int64_t n = rows * half;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float xg = load(x, 2 * i);  // row-major [rows, 2 half]: pair j of row r is 2 i, 2 i + 1
+    const float xl = load(x, 2 * i + 1);
+    const float glu = limit < xg ? limit : xg;                           // std::min(xg, limit)
+    const float lin = xl < -limit ? -limit : (limit < xl ? limit : xl);  // std::clamp
+    const float sig = r<S>(1.0f / (1.0f + expf(-r<S>(alpha * glu))));
+    store(y, i, r<S>(r<S>(glu * sig) * r<S>(lin + 1.0f)));
+  }
+}
+
+template <class S>
+__global__ void broadcast_rows_kernel(const S* bias, S* y, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    y[i] = bias != nullptr ? bias[i % cols] : S{};
+  }
+}
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+}  // namespace
+
+cudaError_t launch_swiglu(Float t, const void* x, void* y, std::int64_t rows, std::int64_t half,
+                          float alpha, float limit, cudaStream_t stream) {
+  const std::int64_t n = rows * half;
+  if (n == 0) return cudaSuccess;
+  if (t == Float::bf16) {
+    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const std::uint16_t*>(x),
+                                                          static_cast<std::uint16_t*>(y), rows,
+                                                          half, alpha, limit);
+  } else {
+    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<float*>(y), rows, half, alpha, limit);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64_t rows,
+                                  std::int64_t cols, cudaStream_t stream) {
+  const std::int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  if (t == Float::bf16) {
+    broadcast_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const std::uint16_t*>(bias), static_cast<std::uint16_t*>(y), rows, cols);
+  } else {
+    broadcast_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const float*>(bias), static_cast<float*>(y), rows, cols);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace meshtest::gpu::detail

@@ -1,0 +1,27 @@
+// elementwise_kernel: what swiglu.cpp and blas.cpp hand to the kernels of elementwise_kernel.cu.
+// Plain types only, so that nvcc compiles no Eigen or fmt.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace meshtest::gpu::detail {
+
+/// The stored type of a kernel's tensors: f32, or bf16 computed in f32 and rounded to nearest
+/// even after each step.
+enum class Float : std::uint8_t { f32, bf16 };
+
+/// Queues y[r, j] = swiglu(x[r, 2j], x[r, 2j + 1]) for r < rows, j < half (x: [rows, 2 half],
+/// y: [rows, half]) on `stream`, with the CPU op's steps and roundings (src/ops/activations.cpp):
+///   glu = min(x_glu, limit), lin = clamp(x_lin, -limit, limit) (NaN passes through both),
+///   sig = r(1 / (1 + exp(-r(alpha · glu)))), y = r(r(glu · sig) · r(lin + 1));
+/// r rounds to bf16 for Float::bf16 and is the identity for f32. Returns the launch's error.
+cudaError_t launch_swiglu(Float t, const void* x, void* y, std::int64_t rows, std::int64_t half,
+                          float alpha, float limit, cudaStream_t stream);
+
+/// Queues y[r, j] = bias[j] (or 0 when bias is null) for r < rows, j < cols on `stream`.
+cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64_t rows,
+                                  std::int64_t cols, cudaStream_t stream);
+
+}  // namespace meshtest::gpu::detail
