@@ -138,7 +138,7 @@ int run(const Options& o) {
         measured = r.attributes == "start", linear = 0;
       } else if (measured && r.op_code == "linear") {
         sum[linear++ == 0 ? 0 : 1] += static_cast<double>(r.duration_ns());
-      } else if (measured && r.op_code == "all_reduce") {
+      } else if (measured && r.op_code.starts_with("all_reduce")) {  // all_reduce_inplace
         sum[2] += static_cast<double>(r.duration_ns());
       }
     }

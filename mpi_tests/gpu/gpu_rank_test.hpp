@@ -34,6 +34,7 @@ inline std::string error_of(const std::function<void()>& f) {
     f();
   } catch (const Error& e) {
     const std::string msg = e.what();
+    if (!msg.starts_with("[rank ")) return msg;  // single-GPU errors carry no rank
     return msg.substr(std::min(msg.size(), msg.find("] ") + 2));
   }
   return {};

@@ -202,7 +202,7 @@ TEST_F(GpuTp, EachOpRecordsItsDeviceTime) {
     codes.push_back(r.op_code);
     EXPECT_GT(r.duration_ns(), 0) << r.op_code;
   }
-  EXPECT_EQ(codes, (std::vector<std::string>{"linear", "swiglu", "linear", "all_reduce"}));
+  EXPECT_EQ(codes, (std::vector<std::string>{"linear", "swiglu", "linear", "all_reduce_inplace"}));
   ASSERT_EQ(rs.size(), 4u);
   EXPECT_EQ(rs[0].attributes, "in=32;out=16;bias=true");
   EXPECT_EQ(rs[0].inputs.size(), 3u);

@@ -21,12 +21,14 @@ DeviceTensor linear_checked(Blas& blas, const DeviceTensor& x, const DeviceTenso
   // The output is allocated before the scope opens, so that the stream's time covers the GEMM.
   DeviceTensor y(x.shape().with(x.rank() - 1, out), x.dtype(), Tensor::Uninitialized{});
   perf::OpScope scope("linear");
-  time_on_stream(scope, blas.stream());
+  // The record's fields first and the start event last, right before the launch: on an idle
+  // stream the event completes at once, and host work after it would count as the op's time.
   scope.input(info(x)).input(info(weight));
   if (bias != nullptr) scope.input(info(*bias));
+  scope.attr("in", in).attr("out", out).attr("bias", bias != nullptr);
+  time_on_stream(scope, blas.stream());
   blas.gemm_unchecked(x.dtype(), rows, out, in, x.bytes(), weight.bytes(),
                       bias != nullptr ? bias->bytes() : nullptr, y.bytes());
-  scope.attr("in", in).attr("out", out).attr("bias", bias != nullptr);
   scope.output(info(y)).flops(2.0 * static_cast<double>(rows * in * out) +
                               (bias != nullptr ? static_cast<double>(rows * out) : 0.0));
   return y;

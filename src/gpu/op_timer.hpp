@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "src/perf/profiler.hpp"
 
 namespace meshtest::gpu {
@@ -17,7 +19,14 @@ namespace meshtest::gpu {
 /// recorded once per device on the legacy default stream, so that consecutive GPU ops give their
 /// op-to-op latency (placement against host-timed records is good to the anchor's few
 /// microseconds). Nothing when the scope is not recording (the profiler off, or inside a fused
-/// op). Call it right after opening the scope, before the op's work is queued.
+/// op). Call it last before queueing the op's work, after giving the scope its inputs and
+/// attributes: on an idle stream the start event completes at once, so host work between it and
+/// the launch would count as the op's time. Events come from a pool per device; when it runs
+/// dry, finished timers are read early and their events reused, so a long profiled run does not
+/// create two events per op.
 void time_on_stream(perf::OpScope& scope, cudaStream_t stream);
+
+/// How many events the timers of `device` have created so far (the pool's size; diagnostics).
+std::size_t timer_events_created(int device);
 
 }  // namespace meshtest::gpu

@@ -25,8 +25,8 @@ DeviceTensor swiglu(const DeviceTensor& x, cudaStream_t stream, double alpha, do
   const DeviceGuard guard(x.empty() ? current_device() : x.device());
   DeviceTensor y(x.shape().with(x.rank() - 1, half), x.dtype(), Tensor::Uninitialized{});
   perf::OpScope scope("swiglu");
-  time_on_stream(scope, stream);
   scope.input(info(x)).attr("alpha", alpha).attr("limit", limit);
+  time_on_stream(scope, stream);  // last before the launch (see linear)
   MESHTEST_CUDA_CHECK(detail::launch_swiglu(
       x.dtype() == DType::bf16 ? detail::Float::bf16 : detail::Float::f32, x.bytes(), y.bytes(),
       rows, half, static_cast<float>(alpha), static_cast<float>(limit), stream));

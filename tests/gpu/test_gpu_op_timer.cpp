@@ -1,7 +1,7 @@
 // gpu::time_on_stream: an op's record takes its times from CUDA events on its stream — the
 // kernel's time, not the host's (the scope closes long before a 20 ms kernel ends: timing does
 // not serialize the stream), resolved when the records are read; consecutive ops on one stream
-// in order; nothing when the profiler is off.
+// in order; a long run reuses the events of finished timers; nothing when the profiler is off.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -60,6 +60,34 @@ TEST(OpTimer, ConsecutiveOpsOnAStreamAreInOrderWithTheirLatency) {
     if (i > 0) {
       EXPECT_GE(r[i].start_ns, r[i - 1].end_ns) << "op " << i;
     }
+  }
+}
+
+TEST(OpTimer, ALongRunReusesFinishedTimersEvents) {
+  Stream stream;
+  perf::Session session;
+  const std::size_t before = timer_events_created(current_device());
+  const std::int64_t cycles = cycles_in_ms(0.01);
+  constexpr int kOps = 2000;
+  for (int k = 0; k < kOps; ++k) {
+    perf::OpScope scope("spin");
+    time_on_stream(scope, stream.get());
+    MESHTEST_CUDA_CHECK(launch_spin(cycles, stream.get()));
+    if (k % 100 == 99) stream.synchronize();  // the timers so far have finished
+  }
+  const std::size_t made = timer_events_created(current_device()) - before;
+  // Two per op without reuse; with it, about two per op between synchronizations at most.
+  EXPECT_LE(made, 2u * 100 + 16) << "events created for " << kOps << " timed ops";
+  const auto r = perf::records();
+  ASSERT_EQ(r.size(), static_cast<std::size_t>(kOps));
+  for (std::size_t k = 0; k < r.size(); ++k) {
+    EXPECT_GT(r[k].duration_ns(), 0) << k;
+    // One stream: in order, to the events' resolution (about half a microsecond) and the
+    // rounding of float milliseconds since the anchor.
+    if (k > 0) {
+      EXPECT_GE(r[k].start_ns + 2000, r[k - 1].end_ns) << k;
+    }
+    EXPECT_TRUE(r[k].timed_on_device);
   }
 }
 
