@@ -159,8 +159,11 @@ TEST_F(GpuCcl, SumsKeepTheCpuPathsBitsAtTheEdgesOfRounding) {
       // A NaN term gives a NaN sum on both paths; over two devices its payload and sign are
       // NCCL's (the default NaN), not the CPU path's (docs/gpu.md).
       const double nan = std::numeric_limits<double>::quiet_NaN();
+      // Element 0: a NaN on the first device; 1: on the last; 2: on every device.
+      const bool last = me == mesh.axis_size(axis) - 1;
       const Tensor with_nan =
-          Tensor::from_vector(Shape{3}, std::vector<double>{me == 0 ? -nan : 1.0, 2.0, nan})
+          Tensor::from_vector(Shape{3},
+                              std::vector<double>{me == 0 ? -nan : 1.0, last ? nan : 2.0, nan})
               .astype(t);
       const Tensor sums = all_reduce(mesh, on_gpu(with_nan), {.axis = axis}).to_host();
       const Tensor wide = sums.astype(DType::f64);
