@@ -4,7 +4,6 @@
 #include <cublasLt.h>
 #include <fmt/format.h>
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -47,8 +46,6 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  std::array<cublasLtMatmulHeuristicResult_t, 8> candidates{};  // the heuristic's, best first
-  int found = 0;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -92,16 +89,13 @@ struct Blas::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  /// The plan of a shape, made at its first call (x, w, bias, y: that call's operands, on
-  /// which the candidate algorithms are timed).
-  Plan& plan(DType t, std::int64_t m, std::int64_t n, std::int64_t k, const void* x, const void* w,
-             const void* bias, void* y, std::uint32_t align) {
+  Plan& plan(DType t, std::int64_t m, std::int64_t n, std::int64_t k, const void* bias,
+             std::uint32_t align) {
     const PlanKey key{t, m, n, k, bias != nullptr, align};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan& p = plans[key];
     try {
       build(p, t, m, n, k, bias, align);
-      choose_fastest(p, x, w, y);
     } catch (...) {
       plans.erase(key);
       throw;
@@ -135,18 +129,11 @@ struct Blas::Impl {
 
     cublasLtMatmulPreference_t pref = nullptr;
     MESHTEST_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const std::size_t ws = kWorkspaceBytes;
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    // Split-K partial sums reduced in f32 only (or not split): a reduction in the output type
-    // would round bf16 partial sums, which the error model of one f32 sum does not allow.
-    const std::uint32_t schemes =
-        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    if (s == CUBLAS_STATUS_SUCCESS) {
-      s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                               &schemes, sizeof schemes);
-    }
     for (const auto attr :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
@@ -154,8 +141,7 @@ struct Blas::Impl {
         s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-      s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref,
-                                         static_cast<int>(p.candidates.size()), p.candidates.data(),
+      s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result,
                                          &found);
     }
     cublasLtMatmulPreferenceDestroy(pref);
@@ -165,34 +151,7 @@ struct Blas::Impl {
         "gpu gemm: cuBLASLt has no algorithm for {} y[{}, {}] = x[{}, {}] * w[{}, {}]^T{} "
         "(pointers aligned to {} bytes) on cuda:{}",
         t, m, n, m, k, n, k, bias != nullptr ? " + bias" : "", align, device);
-    p.found = found;
-    p.algo = p.candidates[0].algo;
-  }
-
-  /// Times each of the heuristic's candidates on the first call's operands (the output is
-  /// written again by that call) and keeps the fastest: the heuristic's first choice is not
-  /// always the fastest, least of all with the bias epilogue. A candidate that fails to launch
-  /// is skipped.
-  void choose_fastest(Plan& p, const void* x, const void* w, void* y) {
-    if (p.found < 2) return;
-    const float one = 1.0f, zero = 0.0f;
-    Event start, end;
-    float best = std::numeric_limits<float>::infinity();
-    for (int c = 0; c < p.found; ++c) {
-      const cublasLtMatmulAlgo_t& algo = p.candidates[static_cast<std::size_t>(c)].algo;
-      float ms = 0;
-      bool ok = true;
-      for (int rep = 0; rep < 3 && ok; ++rep) {  // the first run warms up
-        if (rep == 1) start.record(stream.get());
-        ok = cublasLtMatmul(handle, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d, y, p.d, &algo,
-                            workspace, kWorkspaceBytes, stream.get()) == CUBLAS_STATUS_SUCCESS;
-      }
-      if (!ok) continue;
-      end.record(stream.get());
-      end.synchronize();
-      ms = end.elapsed_ms_since(start);
-      if (ms < best) best = ms, p.algo = algo;
-    }
+    p.algo = result.algo;
   }
 };
 
@@ -249,7 +208,7 @@ void Blas::gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int6
     MESHTEST_CUDA_CHECK(detail::launch_broadcast_rows(ft, bias, y, m, n, stream()));
     return;
   }
-  Plan& p = impl_->plan(dtype, m, n, k, x, w, bias, y, common_alignment({x, w, bias, y}));
+  Plan& p = impl_->plan(dtype, m, n, k, bias, common_alignment({x, w, bias, y}));
   if (bias != nullptr) {
     MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &bias, sizeof bias));
