@@ -3,7 +3,7 @@
 //   meshtest-kernels bench [FAMILY] [--quick] [--iterations N] [--warmup N] [--json F]
 // test runs every version against the reference on every configuration (exit 1 if one
 // fails); bench runs the same correctness suite first and refuses to time a family that fails.
-// The GPU families (fp8_matmul_gpu: src/gpu/kernels, docs/gpu_kernels.md) are built with the GPU
+// The GPU families (fp8_matmul_gpu: src/gpu/kernels, docs/gpu-kernels.md) are built with the GPU
 // side; without a GPU they are skipped with the reason (an error when named), and their bench
 // times each version on the configurations it passed.
 #include <fmt/format.h>
