@@ -12,6 +12,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "src/gpu/cublas.hpp"
 #include "src/gpu/elementwise_kernel.hpp"
 #include "src/gpu/runtime.hpp"
 
@@ -19,18 +20,6 @@ namespace meshtest::gpu {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
-
-[[noreturn]] void lt_fail(cublasStatus_t s, const char* expr, const char* file, int line) {
-  fail("cuBLASLt error {}: {} in `{}` ({}:{})", cublasLtGetStatusName(s),
-       cublasLtGetStatusString(s), expr, file, line);
-}
-
-#define MESHTEST_LT_CHECK(expr)                                \
-  do {                                                         \
-    const cublasStatus_t meshtest_lt_status_ = (expr);         \
-    if (meshtest_lt_status_ != CUBLAS_STATUS_SUCCESS)          \
-      lt_fail(meshtest_lt_status_, #expr, __FILE__, __LINE__); \
-  } while (0)
 
 // The largest power of two up to 256 that divides every address (0 for null ones).
 std::uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
@@ -67,24 +56,16 @@ cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA
 struct Blas::Impl {
   Stream stream;
   int device = current_device();
-  cublasLtHandle_t handle = nullptr;
+  LtHandle handle;
   void* workspace = nullptr;
   std::map<PlanKey, Plan> plans;
 
-  Impl() {
-    MESHTEST_LT_CHECK(cublasLtCreate(&handle));
-    const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
-    if (err != cudaSuccess) {
-      cublasLtDestroy(handle);
-      cuda_fail(err, "cudaMalloc(&workspace, kWorkspaceBytes)", __FILE__, __LINE__);
-    }
-  }
+  Impl() { MESHTEST_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes)); }
   ~Impl() {
     plans.clear();
     const DeviceGuard guard(device);
     cudaStreamSynchronize(stream.get());  // the workspace may be in use until then
     cudaFree(workspace);
-    cublasLtDestroy(handle);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -106,29 +87,29 @@ struct Blas::Impl {
   void build(Plan& p, DType t, std::int64_t m, std::int64_t n, std::int64_t k, const void* bias,
              std::uint32_t align) const {
     const cudaDataType_t ct = cuda_type(t);
-    MESHTEST_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    MESHTEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    MESHTEST_LT_CHECK(
+    MESHTEST_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    MESHTEST_LT_CHECK(
+    MESHTEST_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (bias != nullptr) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       const auto bias_type = static_cast<std::int32_t>(ct);
-      MESHTEST_LT_CHECK(
+      MESHTEST_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-      MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                       &bias_type, sizeof bias_type));
-      MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &bias, sizeof bias));
+      MESHTEST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+      MESHTEST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    MESHTEST_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ct, u(k), u(n), k));
-    MESHTEST_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ct, u(k), u(m), k));
-    MESHTEST_LT_CHECK(cublasLtMatrixLayoutCreate(&p.d, ct, u(n), u(m), n));
+    MESHTEST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ct, u(k), u(n), k));
+    MESHTEST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ct, u(k), u(m), k));
+    MESHTEST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, ct, u(n), u(m), n));
 
     cublasLtMatmulPreference_t pref = nullptr;
-    MESHTEST_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    MESHTEST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const std::size_t ws = kWorkspaceBytes;
@@ -141,11 +122,11 @@ struct Blas::Impl {
         s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-      s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result,
+      s = cublasLtMatmulAlgoGetHeuristic(handle.get(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &result,
                                          &found);
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    MESHTEST_LT_CHECK(s);
+    MESHTEST_CUBLAS_CHECK(s);
     MESHTEST_CHECK(
         found > 0,
         "gpu gemm: cuBLASLt has no algorithm for {} y[{}, {}] = x[{}, {}] * w[{}, {}]^T{} "
@@ -210,12 +191,13 @@ void Blas::gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int6
   }
   Plan& p = impl_->plan(dtype, m, n, k, bias, common_alignment({x, w, bias, y}));
   if (bias != nullptr) {
-    MESHTEST_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &bias, sizeof bias));
+    MESHTEST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof bias));
   }
   const float one = 1.0f, zero = 0.0f;
-  MESHTEST_LT_CHECK(cublasLtMatmul(impl_->handle, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d, y,
-                                   p.d, &p.algo, impl_->workspace, kWorkspaceBytes, stream()));
+  MESHTEST_CUBLAS_CHECK(cublasLtMatmul(impl_->handle.get(), p.desc, &one, w, p.a, x, p.b, &zero, y,
+                                       p.d, y, p.d, &p.algo, impl_->workspace, kWorkspaceBytes,
+                                       stream()));
 }
 
 }  // namespace meshtest::gpu

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "src/core/error.hpp"
+#include "src/gpu/cublas.hpp"
 #include "src/gpu/device_tensor.hpp"
-#include "src/gpu/kernels/blas.hpp"
 #include "src/gpu/kernels/fp8_matmul_kernels.hpp"
 #include "src/gpu/runtime.hpp"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "src/core/error.hpp"
+#include "src/gpu/cublas.hpp"
 #include "src/gpu/device_tensor.hpp"
-#include "src/gpu/kernels/blas.hpp"
 #include "src/gpu/kernels/fp8_matmul_kernels.hpp"
 #include "src/gpu/runtime.hpp"
 #include "src/kernels/fp8_matmul.hpp"

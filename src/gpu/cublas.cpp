@@ -1,5 +1,5 @@
 // cuBLAS and cuBLASLt handles and the status check.
-#include "src/gpu/kernels/blas.hpp"
+#include "src/gpu/cublas.hpp"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
-// blas: cuBLAS and cuBLASLt as the GPU kernel versions use them — the status check and owned
-// handles.
+// cublas: the cuBLAS and cuBLASLt status check and owned handles, shared by gpu::Blas (blas.hpp)
+// and the GPU kernel versions (kernels/).
 #pragma once
 
 #include <cublasLt.h>
