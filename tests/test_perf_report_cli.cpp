@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "src/perf/aggregate.hpp"
+#include "src/perf/measurements.hpp"
 #include "src/perf/ops_csv.hpp"
 #include "src/perf/plot.hpp"
 #include "src/perf/report.hpp"
@@ -202,6 +204,43 @@ TEST_F(ReportCli, BadInputsExitTwoWithAMessage) {
   const CliRun bad_iter = run("summary --iterations 2 " + module);
   EXPECT_EQ(bad_iter.status, 2);
   EXPECT_NE(bad_iter.out.find("do not split into 2"), std::string::npos) << bad_iter.out;
+}
+
+TEST_F(ReportCli, CheckPerfFailsOnARegressionAndUpdatesTheExpectation) {
+  // A run and the same run 20 % slower, through the real report writer.
+  const std::vector<OpRecord> base = profiled_run(2, fused(), 4);
+  std::vector<OpRecord> slow = base;
+  for (OpRecord& r : slow) {  // every time 1.2x: kernels and the gaps between them
+    r.start_ns = r.start_ns * 6 / 5;
+    r.end_ns = r.end_ns * 6 / 5;
+  }
+  const auto measure = [&](const std::string& name, const std::vector<OpRecord>& recs) {
+    return write_text(name, measurements_json("fused", aggregate(recs, {.iterations = 4})));
+  };
+  const std::string expected = measure("expected.json", base);
+  const std::string same = measure("same.json", base);
+  const std::string slower = measure("slower.json", slow);
+  const CliRun ok = run(fmt::format("check-perf {} {}", expected, same));
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("0 of 5 rows slower"), std::string::npos) << ok.out;
+  const CliRun bad = run(fmt::format("check-perf {} {}", expected, slower));
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_NE(bad.out.find("REGRESSION"), std::string::npos) << bad.out;
+  EXPECT_EQ(run(fmt::format("check-perf {} {} --margin 0.25", expected, slower)).status, 0);
+  // --update takes the slower run as the expectation (with its margin), then it passes.
+  const CliRun up = run(fmt::format("check-perf {} {} --update --margin 0.05", expected, slower));
+  EXPECT_EQ(up.status, 0) << up.out;
+  EXPECT_NE(up.out.find("wrote " + expected), std::string::npos) << up.out;
+  EXPECT_EQ(run(fmt::format("check-perf {} {}", expected, slower)).status, 0);
+  // Bad input: a missing file, a CSV instead of JSON, another op sequence.
+  EXPECT_EQ(run(fmt::format("check-perf {}/none.json {}", dir_.string(), same)).status, 2);
+  const CliRun csv = run(fmt::format("check-perf {} {}", write("r.csv", base), same));
+  EXPECT_EQ(csv.status, 2);
+  EXPECT_NE(csv.out.find("not JSON"), std::string::npos) << csv.out;
+  const std::string other = measure("other.json", profiled_run(2, module_ops(), 4));
+  const CliRun seq = run(fmt::format("check-perf {} {}", expected, other));
+  EXPECT_EQ(seq.status, 2);
+  EXPECT_NE(seq.out.find("not the same op sequence"), std::string::npos) << seq.out;
 }
 
 TEST_F(ReportCli, PlotsNeedGnuplot) {

@@ -1,7 +1,10 @@
-// meshtest-report: compare, check shapes of, summarize and plot ops_perf reports.
+// meshtest-report: compare, check shapes of, summarize and plot ops_perf reports; hold a
+// measurements.json against its perf expectation.
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -15,7 +18,9 @@
 #include "src/perf/flight.hpp"
 #include "src/perf/measurements.hpp"
 #include "src/perf/ops_csv.hpp"
+#include "src/perf/perf_check.hpp"
 #include "src/perf/plot.hpp"
+#include "src/perf/report.hpp"
 
 namespace meshtest::perf {
 namespace {
@@ -162,6 +167,53 @@ int cmd_flight(const std::vector<std::string>& args) {
   return kOk;
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MESHTEST_CHECK(in.good(), "cannot read '{}': no such file or not readable", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int cmd_check_perf(const std::vector<std::string>& args) {
+  po::options_description o("options");
+  o.add_options()("margin", po::value<double>(),
+                  "relative slack: a row regresses when measured > expected x (1 + margin) "
+                  "(default: the expectation's \"margin\", else 0.1)")(
+      "min-us", po::value<double>()->default_value(0.0),
+      "and when measured - expected > this many microseconds (timer noise of tiny ops)")(
+      "update",
+      "write MEASURED as the new expectation into EXPECTED (with --margin, if given, as its "
+      "margin) instead of checking");
+  const Parsed p =
+      parse("check-perf", "EXPECTED.json MEASURED.json", args, {"expected", "measured"}, o);
+  if (p.help) return kOk;
+  const std::string expected_path = p.vm["expected"].as<std::string>();
+  const std::string measured_path = p.vm["measured"].as<std::string>();
+  const std::string measured_text = read_text(measured_path);
+  const PerfFigures measured = parse_perf_figures(measured_text, measured_path);
+  if (p.vm.count("update")) {
+    nlohmann::json j = nlohmann::json::parse(measured_text);
+    if (p.vm.count("margin")) {
+      const double m = p.vm["margin"].as<double>();
+      MESHTEST_CHECK(std::isfinite(m) && m >= 0 && m <= 10,
+                     "check-perf: --margin {} must lie in [0, 10] (0.1 = 10 %)", m);
+      j["margin"] = m;
+    }
+    write_text_atomic(expected_path, j.dump(2) + "\n");
+    fmt::print("wrote {} ({} ops, total kernel {:.3f} us) from {}\n", expected_path,
+               measured.ops.size(), measured.total_kernel_duration_us, measured_path);
+    return kOk;
+  }
+  const PerfFigures expected = parse_perf_figures(read_text(expected_path), expected_path);
+  PerfCheckOptions opt{.margin = expected.margin.value_or(0.1),
+                       .min_us = p.vm["min-us"].as<double>()};
+  if (p.vm.count("margin")) opt.margin = p.vm["margin"].as<double>();
+  const PerfCheck c = check_perf(expected, measured, opt);
+  fmt::print("check-perf {} against {}\n{}", measured_path, expected_path, c.table(opt));
+  return c.regressed ? kMismatch : kOk;
+}
+
 struct Command {
   std::function<int(const std::vector<std::string>&)> run;
   const char* summary;
@@ -177,6 +229,11 @@ const std::map<std::string, Command>& commands() {
        {cmd_shapes,
         "SINGLE.csv MULTI.csv: the single-device run's shapes equal device 0's, op by op"}},
       {"summary", {cmd_summary, "REPORT.csv: the aggregated per-op table and totals"}},
+      {"check-perf",
+       {cmd_check_perf,
+        "EXPECTED.json MEASURED.json: a measurements.json against expected per-op device times "
+        "and totals (an earlier run's measurements.json, or one --update wrote), with a "
+        "margin; exit 1 on a regression"}},
       {"flight",
        {cmd_flight,
         "DIR: the flight recorder's dumps (reports/flight/rank<r>.json): the first collective "
@@ -196,10 +253,10 @@ void usage() {
       "dumps\n\n"
       "usage: meshtest-report <command> [options] ARGS   (meshtest-report <command> --help)\n\n"
       "commands:\n");
-  for (const auto& [name, c] : commands()) fmt::print("  {:<9} {}\n", name, c.summary);
+  for (const auto& [name, c] : commands()) fmt::print("  {:<10} {}\n", name, c.summary);
   fmt::print(
-      "\nexit status: 0 ok, 1 mismatch (compare, shapes), 2 bad input (unreadable or invalid "
-      "report, bad options, gnuplot missing)\n");
+      "\nexit status: 0 ok, 1 mismatch (compare, shapes) or regression (check-perf), 2 bad input "
+      "(unreadable or invalid report, bad options, gnuplot missing)\n");
 }
 
 int main_impl(int argc, char** argv) {
@@ -211,7 +268,8 @@ int main_impl(int argc, char** argv) {
   const auto it = commands().find(args[0]);
   MESHTEST_CHECK(
       it != commands().end(),
-      "unknown command '{}' (expected compare, shapes, summary, flight, plot-ops or plot-ccl; "
+      "unknown command '{}' (expected compare, shapes, summary, check-perf, flight, plot-ops or "
+      "plot-ccl; "
       "see meshtest-report --help)",
       args[0]);
   args.erase(args.begin());

@@ -1,0 +1,66 @@
+// Perf expectations: a measurements.json held against expected per-op device times and totals
+// with a margin (meshtest-report check-perf; docs/perf.md, "Perf expectations").
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshtest::perf {
+
+/// One op of a measurements.json (or of an expectations file, which has the same form).
+struct OpTime {
+  int index = 0;
+  std::string op_code;
+  std::string attributes;
+  double kernel_duration_us = 0;
+};
+
+/// The figures of a measurements.json that perf is checked on. An expectations file is a
+/// measurements.json (an earlier run's, taken as the baseline, or one written by --update),
+/// optionally with a "margin" (the relative slack its author chose; the command line wins).
+struct PerfFigures {
+  std::string name;
+  std::vector<OpTime> ops;
+  double total_kernel_duration_us = 0;
+  std::optional<double> total_op_to_op_latency_us;
+  std::optional<double> e2e_mean_us;
+  std::optional<double> margin;
+};
+
+/// Parses the JSON text of a measurements.json; `where` names it in errors. Throws Error
+/// naming the file and the missing or invalid field (times must be finite and >= 0; op
+/// indices 0, 1, ... in order; a margin finite and in [0, 10]).
+PerfFigures parse_perf_figures(std::string_view json_text, std::string_view where);
+
+/// The verdict of one row: within the margin, slower than it (a regression), faster than it
+/// (an improvement: worth --update, never a failure).
+enum class PerfVerdict { ok, regression, faster };
+
+struct PerfRow {
+  std::string what;  ///< "3 rms_norm" or "total kernel"
+  double expected_us = 0, measured_us = 0;
+  double ratio = 0;  ///< measured / expected (1 when both are 0, +inf when only expected is 0)
+  PerfVerdict verdict = PerfVerdict::ok;
+};
+
+struct PerfCheckOptions {
+  double margin = 0.1;  ///< a row regresses when measured > expected * (1 + margin)
+  double min_us = 0.0;  ///< and measured - expected > min_us (timer noise of tiny ops)
+};
+
+struct PerfCheck {
+  std::vector<PerfRow> rows;  ///< every op, then the totals both files have
+  bool regressed = false;
+  /// The table (op, expected, measured, ratio, verdict) and a closing line.
+  std::string table(const PerfCheckOptions& opt) const;
+};
+
+/// Holds `measured` against `expected`, op by op (matched by index: the op codes must agree,
+/// else Error naming the first op that differs, as must the number of ops), then the totals:
+/// kernel duration, op-to-op latency and the e2e mean where both have them.
+PerfCheck check_perf(const PerfFigures& expected, const PerfFigures& measured,
+                     const PerfCheckOptions& opt);
+
+}  // namespace meshtest::perf
