@@ -35,7 +35,8 @@ using DeviceTensor = meshtest::gpu::DeviceTensor;
 //  - Synchronization: x must be complete when the call is made (DeviceTensor's own operations
 //    leave it so; work that a stream queued on it must have finished). The call returns once its
 //    output is complete, having waited by polling (a peer's failure, an NCCL error or an abort
-//    ends the wait with an Error naming the collective).
+//    ends the wait with an Error naming the collective). Inside a gpu::Graph capture
+//    (src/gpu/graph.hpp) the call records its work on the capture's stream and does not wait.
 //  - Communicators: the first collective on a mesh makes its NCCL communicator, and the first on
 //    an axis splits the axis's from it, each collective over every device of the mesh: every
 //    device of the mesh makes its first collective on each axis (in every group of the axis) at

@@ -96,10 +96,12 @@ NcclGroup::~NcclGroup() {
   for (std::byte* w : workspace_) {
     if (w != nullptr) (void)cudaFreeAsync(w, stream_.get());
   }
+  for (std::byte* w : retired_) (void)cudaFreeAsync(w, stream_.get());
   release(comm_, !broken_ && std::uncaught_exceptions() == 0);
 }
 
 void NcclGroup::synchronize(std::string_view what) {
+  if (meshtest::gpu::capturing_stream() != nullptr) return;
   try {
     wait_stream(stream_.get(), comm_, what);
   } catch (...) {
@@ -113,8 +115,16 @@ std::byte* NcclGroup::workspace(std::size_t bytes, int slot) {
                       slot, kWorkspaces);
   std::byte*& workspace = workspace_[static_cast<std::size_t>(slot)];
   std::size_t& have = workspace_bytes_[static_cast<std::size_t>(slot)];
+  const bool capturing = meshtest::gpu::capturing_stream() != nullptr;
+  pinned_ = pinned_ || capturing;
   if (bytes <= have) return workspace;
-  if (workspace != nullptr) MESHTEST_DIST_CUDA(cudaFreeAsync(workspace, stream_.get()));
+  if (workspace != nullptr) {
+    if (pinned_) {
+      retired_.push_back(workspace);
+    } else {
+      MESHTEST_DIST_CUDA(cudaFreeAsync(workspace, stream_.get()));
+    }
+  }
   workspace = nullptr;
   have = 0;
   void* p = nullptr;
@@ -131,6 +141,9 @@ std::byte* NcclGroup::workspace(std::size_t bytes, int slot) {
   }
   workspace = static_cast<std::byte*>(p);
   have = bytes;
+  // Made on the group's own stream, which a capture does not record: complete it now, since
+  // the recorded work runs on the capture's stream.
+  if (capturing) MESHTEST_DIST_CUDA(cudaStreamSynchronize(stream_.get()));
   return workspace;
 }
 

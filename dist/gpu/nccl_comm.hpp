@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "dist/gpu/nccl_calls.hpp"
 #include "dist/mesh/mesh_device.hpp"
+#include "src/gpu/capture.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::dist::gpu {
@@ -33,7 +35,8 @@ class NcclGroup {
   int size() const { return size_; }
   int index() const { return index_; }
   ncclComm_t comm() const { return comm_; }
-  cudaStream_t stream() const { return stream_.get(); }
+  /// (The capture's stream while this thread captures a gpu::Graph: src/gpu/graph.hpp.)
+  cudaStream_t stream() const { return meshtest::gpu::stream_for(stream_.get()); }
 
   /// Queues the NCCL calls that `calls` makes on comm() (between ncclGroupStart and
   /// ncclGroupEnd, under the NCCL lock), then waits until NCCL has queued them on stream()
@@ -43,7 +46,8 @@ class NcclGroup {
 
   /// Waits (polling: wait_stream) until the work queued on stream() has finished. Throws
   /// meshtest::Error naming `what` on a CUDA fault, an NCCL error or an abort, and marks the
-  /// group broken.
+  /// group broken. Nothing while this thread captures a gpu::Graph (its one stream keeps the
+  /// order of the recorded work).
   void synchronize(std::string_view what = "the exchanges queued on the group's stream");
 
   /// Workspaces of a group: slot 0 is the exchanges' staging memory (exchange.hpp); the others
@@ -52,7 +56,10 @@ class NcclGroup {
   /// At least `bytes` of device memory in workspace `slot` (0 .. kWorkspaces - 1),
   /// stream-ordered on stream() (cudaMallocAsync): valid for work queued on stream() from now
   /// until the next call for that slot. Grows, never shrinks. Throws meshtest::Error naming the
-  /// bytes, the GPU and its free memory when the allocation fails.
+  /// bytes, the GPU and its free memory when the allocation fails. Once a gpu::Graph capture has
+  /// used the group's workspaces they are pinned: a buffer replaced by a larger one is kept
+  /// until the group is released (a replay may still use it), and a buffer made during a
+  /// capture is complete before the capture goes on.
   std::byte* workspace(std::size_t bytes, int slot = 0);
 
   /// True after an NCCL or CUDA error on this group: it is aborted, not finalized, at the end.
@@ -65,6 +72,8 @@ class NcclGroup {
   meshtest::gpu::Stream stream_;
   std::array<std::byte*, kWorkspaces> workspace_{};
   std::array<std::size_t, kWorkspaces> workspace_bytes_{};
+  std::vector<std::byte*> retired_;  // replaced workspaces a graph may use; freed at the end
+  bool pinned_ = false;              // a capture has used the workspaces
   bool broken_ = false;
 };
 

@@ -14,6 +14,8 @@
 // (row_parallel_linear returns a complete output: the all_reduce waits for it).
 #pragma once
 
+#include <string>
+
 #include "dist/gpu/ccl.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "src/gpu/blas.hpp"
@@ -36,11 +38,22 @@ DeviceTensor column_parallel_linear(meshtest::gpu::Blas& blas, const DeviceTenso
 
 /// Row-parallel linear (see the file comment). Collective over opt.axis: every device calls it
 /// with its shard; bad input on any device (shapes, dtypes, devices: meshtest::gpu::check_linear)
-/// is the same Error on every device of the axis, before the GEMM and the all_reduce. bias is read
-/// on axis index 0 only (the others' may be null); its shape is checked wherever it is given.
+/// is the same Error on every device of the axis, before the all_reduce. A device whose own
+/// checks pass queues its GEMM first and the devices agree while it runs (the agreement's MPI
+/// round trip does not leave the GPU idle); a device whose checks fail queues nothing. bias is
+/// read on axis index 0 only (the others' may be null); its shape is checked wherever it is given.
 ///   x: [..., in_i], weight: [out, in_i], bias: [out]  ->  [..., out]
 DeviceTensor row_parallel_linear(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
                                  const DeviceTensor& x, const DeviceTensor& weight,
                                  const DeviceTensor* bias, const GpuTpOptions& opt = {});
+
+/// row_parallel_linear for an op that queued work before it and has not agreed on its own
+/// checks yet: `earlier_problem` is this device's message from them ("" when they passed; see
+/// check_message in dist/mesh/agree.hpp). The devices agree once on both (the earlier problem
+/// first); with an earlier problem this device queues nothing.
+DeviceTensor row_parallel_linear_after(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                                       const DeviceTensor& x, const DeviceTensor& weight,
+                                       const DeviceTensor* bias, const GpuTpOptions& opt,
+                                       std::string earlier_problem);
 
 }  // namespace meshtest::dist

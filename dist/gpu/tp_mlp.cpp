@@ -1,8 +1,10 @@
-// tp_mlp (GPU): the agreed checks, then mlp1, swiglu and mlp2 queued on the Blas's stream, and
-// row_parallel_linear's all_reduce.
+// tp_mlp (GPU): local checks, mlp1 and swiglu queued on the Blas's stream, then
+// row_parallel_linear_after (mlp2, one agreement on every check, the all_reduce).
 #include "dist/gpu/tp_mlp.hpp"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "dist/mesh/agree.hpp"
 #include "src/core/error.hpp"
@@ -34,7 +36,7 @@ TpMlpShard shard_mlp(const Tensor& w1, const Tensor& b1, const Tensor& w2, const
 
 DeviceTensor tp_mlp(const MeshDevice& mesh, meshtest::gpu::Blas& blas, const DeviceTensor& x,
                     const TpMlpShard& w, const TpMlpOptions& opt) {
-  check_and_agree(mesh.comm(opt.tp.axis), "tp_mlp", [&] {
+  std::string problem = check_message("tp_mlp", [&] {
     meshtest::gpu::check_linear(blas, x, w.w1, &w.b1);
     MESHTEST_CHECK(
         w.w1.shape()[0] % 2 == 0 && w.w2.rank() == 2 && w.w2.shape()[1] == w.w1.shape()[0] / 2,
@@ -44,9 +46,14 @@ DeviceTensor tp_mlp(const MeshDevice& mesh, meshtest::gpu::Blas& blas, const Dev
                    "swiglu's alpha {} must be finite and limit {} finite and > 0", opt.alpha,
                    opt.limit);
   });
-  const DeviceTensor h = column_parallel_linear(blas, x, w.w1, &w.b1);
-  const DeviceTensor a = meshtest::gpu::swiglu(h, blas.stream(), opt.alpha, opt.limit);
-  return row_parallel_linear(mesh, blas, a, w.w2, &w.b2, opt.tp);
+  // mlp1 and swiglu are queued before the devices agree (in row_parallel_linear_after, once
+  // for both linears), so the GPU works while the hosts agree.
+  DeviceTensor a;
+  if (problem.empty()) {
+    const DeviceTensor h = column_parallel_linear(blas, x, w.w1, &w.b1);
+    a = meshtest::gpu::swiglu(h, blas.stream(), opt.alpha, opt.limit);
+  }
+  return row_parallel_linear_after(mesh, blas, a, w.w2, &w.b2, opt.tp, std::move(problem));
 }
 
 }  // namespace meshtest::dist

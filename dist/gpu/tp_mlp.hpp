@@ -36,7 +36,9 @@ struct TpMlpOptions {
 /// linear(swiglu(linear(x, W1, b1)), W2, b2) with the units split over opt.tp.axis.
 ///   x: [..., hidden] (the same on every device of the axis)  ->  [..., hidden] (likewise)
 /// Collective over the axis: bad input on any device (shapes, dtypes, devices, swiglu's
-/// alpha/limit) is the same Error on every device, before any work is queued.
+/// alpha/limit) is the same Error on every device, before the all_reduce. A device whose own
+/// checks pass queues mlp1, swiglu and mlp2 before the devices agree (one agreement, while the
+/// GPU works); a device whose checks fail queues nothing.
 DeviceTensor tp_mlp(const MeshDevice& mesh, meshtest::gpu::Blas& blas, const DeviceTensor& x,
                     const TpMlpShard& w, const TpMlpOptions& opt = {});
 

@@ -24,14 +24,17 @@ void agree_or_throw(MPI_Comm comm, std::string_view local_error_message) {
   fail("device {} of {} rejected its input: {}", first, n, message);
 }
 
-void check_and_agree(MPI_Comm comm, std::string_view what, const std::function<void()>& check) {
-  std::string message;
+std::string check_message(std::string_view what, const std::function<void()>& check) {
   try {
     check();
   } catch (const Error& e) {
-    message = what.empty() ? std::string(e.what()) : fmt::format("{}: {}", what, e.what());
+    return what.empty() ? std::string(e.what()) : fmt::format("{}: {}", what, e.what());
   }
-  agree_or_throw(comm, message);
+  return {};
+}
+
+void check_and_agree(MPI_Comm comm, std::string_view what, const std::function<void()>& check) {
+  agree_or_throw(comm, check_message(what, check));
 }
 
 bool all_ranks(MPI_Comm comm, bool v) {

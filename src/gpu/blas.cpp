@@ -14,6 +14,7 @@
 
 #include "src/gpu/cublas.hpp"
 #include "src/gpu/elementwise_kernel.hpp"
+#include "src/gpu/capture.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::gpu {
@@ -141,9 +142,11 @@ Blas::~Blas() = default;
 Blas::Blas(Blas&& other) noexcept = default;
 Blas& Blas::operator=(Blas&& other) noexcept = default;
 
-cudaStream_t Blas::stream() const { return impl_->stream.get(); }
+cudaStream_t Blas::stream() const { return stream_for(impl_->stream.get()); }
 int Blas::device() const { return impl_->device; }
-void Blas::synchronize() const { impl_->stream.synchronize(); }
+void Blas::synchronize() const {
+  if (capturing_stream() == nullptr) impl_->stream.synchronize();  // a capture keeps one order
+}
 
 namespace {
 

@@ -25,10 +25,12 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
+  /// (The capture's stream while this thread captures a gpu::Graph: graph.hpp.)
   cudaStream_t stream() const;
   /// The CUDA ordinal of the device the handle, stream and workspace belong to.
   int device() const;
   /// Blocks until everything queued on stream() has finished; throws its error if any.
+  /// Nothing while this thread captures a gpu::Graph (the capture's one stream keeps the order).
   void synchronize() const;
 
   /// Queues y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]) on stream(): row-major, contiguous, dtype

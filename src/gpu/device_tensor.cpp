@@ -9,21 +9,33 @@
 #include <utility>
 
 #include "src/core/slice_bytes.hpp"
+#include "src/gpu/capture.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::gpu {
 namespace {
 
 // Every copy and fill runs on the legacy default stream and is waited for, so that a
-// DeviceTensor operation is complete when it returns (see the header).
-void finish() { MESHTEST_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
+// DeviceTensor operation is complete when it returns (see the header); inside a gpu::Graph
+// capture it is recorded on the capture's stream instead, in order with the captured ops.
+cudaStream_t copy_stream() { return stream_for(cudaStreamLegacy); }
+void finish() {
+  if (capturing_stream() == nullptr) MESHTEST_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+}
 
-/// copy_rows (runtime.hpp) on the legacy default stream; complete on return. No bytes touch no
-/// device.
+/// A copy between host and device cannot be replayed (the host side is not the graph's).
+void check_not_capturing(const char* what) {
+  MESHTEST_CHECK(capturing_stream() == nullptr,
+                 "DeviceTensor::{} inside a gpu::Graph capture: a copy between host and device "
+                 "cannot be replayed (make the copy before the capture or after a replay)",
+                 what);
+}
+
+/// copy_rows (runtime.hpp) on copy_stream(); complete on return. No bytes touch no device.
 void copy_rows_now(std::byte* dst, std::size_t dpitch, const std::byte* src, std::size_t spitch,
                    std::size_t width, std::int64_t rows) {
   if (width == 0 || rows <= 0) return;
-  copy_rows(dst, dpitch, src, spitch, width, rows, cudaStreamLegacy);
+  copy_rows(dst, dpitch, src, spitch, width, rows, copy_stream());
   finish();
 }
 
@@ -41,6 +53,7 @@ class OnDevice {
 }  // namespace
 
 void detail::DeviceFree::operator()(std::byte* p) const noexcept {
+  if (keep_if_capturing(p, device)) return;  // a replay may still use it
   int previous = -1;
   const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
   if (switch_device) (void)cudaSetDevice(device);
@@ -56,7 +69,7 @@ DeviceTensor::DeviceTensor(Shape shape, DType dtype, Tensor::Uninitialized)
 DeviceTensor::DeviceTensor(Shape shape, DType dtype)
     : DeviceTensor(shape, dtype, Tensor::Uninitialized{}) {
   if (nbytes_ == 0) return;
-  MESHTEST_CUDA_CHECK(cudaMemsetAsync(bytes(), 0, nbytes_, cudaStreamLegacy));
+  MESHTEST_CUDA_CHECK(cudaMemsetAsync(bytes(), 0, nbytes_, copy_stream()));
   finish();
 }
 
@@ -116,6 +129,7 @@ DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
 }
 
 DeviceTensor DeviceTensor::from_host(const Tensor& host) {
+  check_not_capturing("from_host");
   DeviceTensor out(host.shape(), host.dtype(), Tensor::Uninitialized{});
   if (out.nbytes_ == 0) return out;
   MESHTEST_CUDA_CHECK(cudaMemcpyAsync(out.bytes(), host.bytes(), out.nbytes_,
@@ -125,6 +139,7 @@ DeviceTensor DeviceTensor::from_host(const Tensor& host) {
 }
 
 Tensor DeviceTensor::to_host() const {
+  check_not_capturing("to_host");
   Tensor out(shape_, dtype_, Tensor::Uninitialized{});
   if (nbytes_ == 0) return out;
   const OnDevice on_device(device_);

@@ -29,6 +29,8 @@ struct DeviceFree {
 /// Synchronization: every member and function here is complete when it returns (its copies
 /// and fills run on the legacy default stream, which is then synchronized). Work that another
 /// stream queued on a tensor must be finished (synchronized) before the tensor is passed here.
+/// Inside a gpu::Graph capture (graph.hpp) the device-to-device copies and fills are recorded
+/// on the capture's stream instead, and from_host, to_host and bitwise_equal are an Error.
 class DeviceTensor {
  public:
   /// f32[0]: no elements, no storage.

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/gpu/capture.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::gpu {
@@ -177,7 +178,8 @@ std::size_t timer_events_created(int device) {
 }
 
 void time_on_stream(perf::OpScope& scope, cudaStream_t stream) {
-  if (!scope.active()) return;
+  // Inside a graph capture an event would be a dependency of the capture, not a time.
+  if (!scope.active() || capturing_stream() != nullptr) return;
   scope.device_times(std::make_unique<StreamTimes>(current_device(), stream));
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "src/perf/profiler.hpp"
 
@@ -17,6 +18,9 @@ Tensor& Trace::input(Tensor t) { return tensors_.emplace_back(std::move(t)); }
 Tensor& Trace::keep(Tensor t) { return tensors_.emplace_back(std::move(t)); }
 
 Trace* Trace::active() { return t_active; }
+
+Trace::Paused::Paused() : paused_(std::exchange(t_active, nullptr)) {}
+Trace::Paused::~Paused() { t_active = paused_; }
 
 Trace::Step Trace::make_step(std::string_view op, OpType type, std::span<const Tensor* const> ins,
                              std::span<const Tensor* const> outs) const {

@@ -67,6 +67,20 @@ class Trace {
 
   /// The trace being captured on this thread, or nullptr.
   static Trace* active();
+
+  /// For the scope of a Paused, this thread's capture (if any) is set aside: the ops called
+  /// meanwhile add no step and see no active trace (an op that records a step of its own for
+  /// work it captures otherwise, e.g. a CUDA graph of GPU ops: dist/testing/gpu_fused.hpp).
+  class Paused {
+   public:
+    Paused();
+    ~Paused();
+    Paused(const Paused&) = delete;
+    Paused& operator=(const Paused&) = delete;
+
+   private:
+    Trace* paused_;
+  };
   /// For ops: records a step of type `type` that reads the buffers of `ins` and writes those
   /// of `outs` by `run` (which must not touch other buffers). The tensors are looked at now
   /// (address, size, shape, dtype); they need not live on. Null pointers are not allowed.
