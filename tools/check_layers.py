@@ -33,11 +33,13 @@ LAYERS = [
     "src/gpu",  # device tensors and kernels: on src/core only
     "dist/mesh",
     "dist/ccl",
-    "dist/gpu",  # the mesh over NCCL and the CCLs' device path: on dist/ccl's seam
     "dist/shard",
     "dist/perf",
     "dist/parallel",
     "dist/kernels",
+    # The mesh over NCCL and the CCLs' device path (on dist/ccl's seam), and GPU ops sharded
+    # the CPU layers' way (the fp8 GPU versions over dist/kernels' shard functions).
+    "dist/gpu",
     "dist/testing",
 ]
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/core/tensor.hpp"
+#include "src/gpu/device_tensor.hpp"
 #include "src/kernels/bench.hpp"
 #include "src/kernels/family.hpp"
 
@@ -27,6 +28,10 @@ struct PreparedRun {
   std::function<void(cudaStream_t)> launch;
   /// The last run's output, f32 [m, n] on the host (after the stream is synchronized).
   std::function<Tensor()> output;
+  /// The same output where the run wrote it, on the device (no copy): read it once the stream
+  /// is synchronized; the next run overwrites it, and it lives as long as this PreparedRun or
+  /// a copy of it. For device code (the GPU collectives) that takes the result as it is.
+  std::function<const DeviceTensor&()> device_output;
 };
 
 struct GpuVersion {

@@ -63,11 +63,13 @@ struct DeviceOperands {
   }
 };
 
-/// A PreparedRun over state S (which holds a DeviceOperands `op`): `launch` queues the run.
+/// A PreparedRun over state S (which holds a DeviceOperands `op`): `launch` queues the run, the
+/// outputs read `op.y`.
 template <class S>
 PreparedRun prepared(std::shared_ptr<S> s, void (*launch)(S&, cudaStream_t)) {
   return {.launch = [s, launch](cudaStream_t stream) { launch(*s, stream); },
-          .output = [s] { return s->op.y.to_host(); }};
+          .output = [s] { return s->op.y.to_host(); },
+          .device_output = [s]() -> const DeviceTensor& { return s->op.y; }};
 }
 
 // ---- gpu v1: dequantize, then cuBLAS f32 ----
