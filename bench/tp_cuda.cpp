@@ -22,6 +22,8 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/perf/gather.hpp"
 #include "src/core/random.hpp"
+#include "src/gpu/graph.hpp"
+#include "src/gpu/linear.hpp"
 #include "src/gpu/op_timer.hpp"
 #include "src/gpu/runtime.hpp"
 #include "src/perf/profiler.hpp"
@@ -169,8 +171,36 @@ int run(const Options& o) {
       bare2 += ev[3].elapsed_ms_since(ev[2]) * 1e3;
     }
   }
-  cublasDestroy(h);
   bare1 = slowest(mesh.comm(), bare1 / o.iters), bare2 = slowest(mesh.comm(), bare2 / o.iters);
+
+  // 2b. The pair as CUDA graphs: meshtest's two linears as the TP ops queue them (bias on the
+  // out GEMM of device 0 only), and the two bare calls, each captured once and replayed back to
+  // back: no host time reaches the device between the GEMMs, so the ratio is the kernels'.
+  const DeviceTensor cublas_ws(Shape{32 << 20}, DType::u8, Tensor::Uninitialized{});
+  BENCH_CUBLAS_CHECK(cublasSetWorkspace(h, const_cast<std::byte*>(cublas_ws.bytes()),
+                                        static_cast<std::size_t>(cublas_ws.nbytes())));
+  gpu::Graph g_ours, g_bare;
+  DeviceTensor gq, gout;
+  g_ours.capture([&] {
+    gq = gpu::linear(blas, x, w.qkv_weight, w.qkv_bias);
+    gout = i == 0 ? gpu::linear(blas, o_local, w.out_weight, w.out_bias)
+                  : gpu::linear(blas, o_local, w.out_weight);
+  });
+  g_bare.capture([&] {
+    BENCH_CUBLAS_CHECK(cublasSetStream(h, gpu::capturing_stream()));
+    bare_gemm(h, o.tokens, qkv_out, o.hidden, x.bytes(), w.qkv_weight.bytes(), y1.bytes());
+    bare_gemm(h, o.tokens, o.hidden, hp, o_local.bytes(), w.out_weight.bytes(), y2.bytes());
+  });
+  const auto replay_us = [&](gpu::Graph& g) {
+    for (int it = 0; it < o.warmup; ++it) g.replay();
+    ev[0].record(g.stream());
+    for (int it = 0; it < o.iters; ++it) g.replay();
+    ev[1].record(g.stream());
+    ev[1].synchronize();
+    return slowest(mesh.comm(), ev[1].elapsed_ms_since(ev[0]) * 1e3 / o.iters);
+  };
+  const double graph_ours = replay_us(g_ours), graph_bare = replay_us(g_bare);
+  cublasDestroy(h);
 
   // 3. The host cost of a scope timed on a stream (opened, timed, given a tensor, closed), and
   // of its parts: the same scope timed by the host clock, and two bare cudaEventRecord calls.
@@ -227,6 +257,10 @@ int run(const Options& o) {
   };
   row("qkv", ours[0], bare1, f1);
   row("out", ours[1], bare2, f2);
+  row("qkv+out*", graph_ours, graph_bare, f1 + f2);
+  fmt::print(
+      "# *as CUDA graphs, the two GEMMs replayed back to back (no host time between them on "
+      "the device): the kernels alone\n");
   fmt::print(
       "# all_reduce of the out partials (exact path): {:.2f} us per call\n"
       "# scope timed on a stream (open, time_on_stream, input, close), host: {:.3f} us per op "

@@ -53,13 +53,15 @@ const meshtest::gpu::GpuFamily& family() {
   return f;
 }
 
-const GpuVersion& version(const std::string& name) {
+// By pointer, not std::string: GCC 13's -Wdangling-reference takes a reference returned from a
+// call with a temporary argument for one into that temporary.
+const GpuVersion& version(const char* name) {
   const auto it = std::ranges::find(family().versions, name, &GpuVersion::name);
   MESHTEST_CHECK(it != family().versions.end(), "fp8_matmul_gpu has no version {}", name);
   return *it;
 }
 
-const Config& named(const std::vector<Config>& configs, const std::string& name) {
+const Config& named(const std::vector<Config>& configs, const char* name) {
   const auto it = std::ranges::find(configs, name, &Config::name);
   MESHTEST_CHECK(it != configs.end(), "fp8_matmul has no configuration {}", name);
   return *it;

@@ -108,6 +108,9 @@ TEST_F(GpuGraph, AttentionProjectionsReplaysAreTheEagerCalls) {
         [&](std::vector<DeviceTensor>& out) {
           out.clear();
           out.push_back(tp_qkv_projection(blas, x, w));
+          // Eagerly, slice copies on another stream: the GEMM must have finished (DeviceTensor's
+          // rule). Inside the capture this waits for nothing: the one stream keeps the order.
+          blas.synchronize();
           out.push_back(tp_out_projection(mesh, blas, out[0].slice(1, 0, hp), w, {.axis = axis}));
         },
         [&](int round) {

@@ -12,9 +12,9 @@
 #include <string_view>
 #include <tuple>
 
+#include "src/gpu/capture.hpp"
 #include "src/gpu/cublas.hpp"
 #include "src/gpu/elementwise_kernel.hpp"
-#include "src/gpu/capture.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::gpu {
@@ -121,6 +121,13 @@ struct Blas::Impl {
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
       if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    }
+    // Split-K partial sums only in f32: the in-place and output-type schemes add the parts in
+    // the output's dtype, a bf16 rounding per part (bf16 accumulates in f32, rounded once).
+    const std::uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                               &reduction, sizeof reduction);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
       s = cublasLtMatmulAlgoGetHeuristic(handle.get(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &result,
