@@ -7,6 +7,7 @@
 // checkpoint shards.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/testing/harness/fixtures.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
+#include "src/core/safetensors.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/models/transformer.hpp"
 #include "tests/support/expect_error.hpp"
@@ -22,6 +24,7 @@
 namespace meshtest::dist {
 namespace {
 
+namespace fs = std::filesystem;
 using test_support::expect_error;
 using tp_test::config;
 using tp_test::init_name;
@@ -74,6 +77,40 @@ TEST_P(TpModel, Bf16TracksF32) {
       mesh(), {}, [&](const std::vector<Tensor>&) { return transformer(kTokens, w32, c); },
       [&](const std::vector<Tensor>&) { return tp_transformer(mesh(), kTokens, shard, c); },
       tp_logits_placements(), 2e-4, "model rand0");
+}
+
+TEST_P(TpModel, MatchesThePublishedModel) {
+  // The published PyTorch model's logits (tests/fixtures/gpt_oss_published, written by
+  // tools/gpt_oss_reference.py; tests/test_gpt_oss_published.cpp checks one device) against the
+  // TP model read from the same checkpoints, cut after 0 .. L blocks, f32 and bf16, within the
+  // error model of the TP chain.
+  const fs::path root = fs::path(MESHTEST_SOURCE_DIR) / "tests/fixtures/gpt_oss_published";
+  for (const char* seed : {"seed0", "seed1", "seed2"}) {
+    const fs::path dir = root / seed;
+    const GptOssConfig c = read_config(dir);
+    if (!tp_divides(c, mesh())) GTEST_SKIP() << "TP size does not divide the heads";
+    const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
+    const Tensor t = ref.read("tokens");
+    const std::vector<std::int64_t> tokens(t.span<std::int64_t>().begin(),
+                                           t.span<std::int64_t>().end());
+    const TpRank tp = tp_rank(mesh());
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const TpTransformerWeights w = read_tp_checkpoint(dir, c, dtype, tp);
+      for (std::int64_t n = 0; n <= c.num_hidden_layers; ++n) {
+        const std::string name = fmt::format("{}.logits.layers{}", dtype_name(dtype), n);
+        GptOssConfig cut = c;
+        cut.num_hidden_layers = n;
+        tp_test::expect_tp_matches_full(
+            mesh(), {}, [&](const std::vector<Tensor>&) { return ref.read(name).astype(dtype); },
+            [&](const std::vector<Tensor>&) {
+              return tp_transformer(mesh(), tokens, w, c, {.num_layers = n});
+            },
+            tp_logits_placements(),
+            model_chain(cut, static_cast<std::int64_t>(tokens.size()), tp.size).model(dtype),
+            fmt::format("published {} {}", seed, name));
+      }
+    }
+  }
 }
 
 TEST_P(TpModel, TpOnAxisZero) {

@@ -16,6 +16,7 @@
 #include "src/check/metrics.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/npy.hpp"
+#include "src/core/safetensors.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/models/transformer.hpp"
 #include "tests/support/run_command.hpp"
@@ -194,6 +195,28 @@ TEST_F(RunGptOss, MakeTinyCheckpointThenRun) {
   const Tensor expected = transformer(std::vector<std::int64_t>{5, 6, 7},
                                       read_checkpoint(made, cfg_, DType::f32), cfg_);
   expect_f32_logits(expected, read_npy(out()), cfg_, 3, 2, "made");
+}
+
+TEST_F(RunGptOss, MakeTinyCheckpointTakesASeedAndADtype) {
+  // --seed picks other random weights, --tiny-dtype bf16 stores them as bf16 (the values a bf16
+  // model loads exactly); a bad dtype is a clear error.
+  const fs::path a = dir_.path() / "a", b = dir_.path() / "b";
+  ASSERT_EQ(
+      run_cli(0, fmt::format("--make-tiny-checkpoint {} --seed 5 --tiny-dtype bf16", a.string()))
+          .rc,
+      0);
+  ASSERT_EQ(run_cli(0, fmt::format("--make-tiny-checkpoint {} --seed 6", b.string())).rc, 0);
+  const SafetensorsFile fa = SafetensorsFile::open(a / "model.safetensors");
+  const SafetensorsFile fb = SafetensorsFile::open(b / "model.safetensors");
+  EXPECT_EQ(fa.info("embedding.weight").dtype, DType::bf16);
+  EXPECT_EQ(fb.info("embedding.weight").dtype, DType::f32);
+  const Tensor ea = fa.read("embedding.weight").astype(DType::f32);
+  EXPECT_FALSE(ea.bitwise_equal(fb.read("embedding.weight"))) << "--seed changed nothing";
+  const Outcome bad = run_cli(
+      0, fmt::format("--make-tiny-checkpoint {} --tiny-dtype f16", (dir_.path() / "c").string()));
+  EXPECT_EQ(bad.rc, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--tiny-dtype is 'f16', expected bf16 or f32"), std::string::npos)
+      << bad.output;
 }
 
 TEST_F(RunGptOss, CorruptCheckpointsAndBadOptionsExit2) {

@@ -59,6 +59,8 @@ std::vector<int> parse_mesh(const std::string& s) {
 
 struct Args {
   std::string checkpoint, out, mesh, make_tiny;
+  std::uint64_t seed = 0;         ///< --make-tiny-checkpoint's random weights
+  DType tiny_dtype = DType::f32;  ///< --make-tiny-checkpoint's stored dtype
   std::vector<std::int64_t> tokens;
   std::int64_t layers = -1;
   int ep_axis = -1;    ///< -1: tensor parallel only
@@ -86,8 +88,13 @@ bool parse(int argc, char** argv, int rank, Args& a) {
       "run the MoE MLPs expert parallel with the experts (contiguous blocks) and the tokens on "
       "mesh axis 0 or 1, tensor parallel on the other; -1: tensor parallel only (TP on axis 1)");
   add("make-tiny-checkpoint", po::value<std::string>(&a.make_tiny),
-      "write a tiny random checkpoint (GptOssConfig::tiny_tp, f32, MXFP4 experts) to this "
+      "write a tiny random checkpoint (GptOssConfig::tiny_tp, MXFP4 experts) to this "
       "directory and exit (rank 0), to try the command");
+  add("seed", po::value<std::uint64_t>(&a.seed)->default_value(0),
+      "--make-tiny-checkpoint: the seed of its random weights");
+  add("tiny-dtype", po::value<std::string>()->default_value("f32"),
+      "--make-tiny-checkpoint: the dtype its weights are stored in, f32 or bf16 (bf16: values "
+      "that a bf16 model, such as the published one, loads exactly)");
   add("fused", po::bool_switch(&a.fused),
       "run the blocks' fused ops (qkv_rope, sdpa_sinks) in place of their unfused sequences; "
       "off: the reference numerics");
@@ -106,7 +113,13 @@ bool parse(int argc, char** argv, int rank, Args& a) {
     }
     return false;
   }
-  if (!a.make_tiny.empty()) return true;
+  if (!a.make_tiny.empty()) {
+    const std::string tiny = vm["tiny-dtype"].as<std::string>();
+    MESHTEST_CHECK(tiny == "bf16" || tiny == "f32", "--tiny-dtype is '{}', expected bf16 or f32",
+                   tiny);
+    a.tiny_dtype = tiny == "bf16" ? DType::bf16 : DType::f32;
+    return true;
+  }
   for (const char* required : {"checkpoint", "tokens", "out"}) {
     MESHTEST_CHECK(vm.count(required), "--{} is required (see --help)", required);
   }
@@ -157,9 +170,10 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
   if (!a.make_tiny.empty()) {
     if (env.rank() == 0) {
       const GptOssConfig c = GptOssConfig::tiny_tp();
-      write_checkpoint(a.make_tiny, c, init_transformer_weights(c, DType::f32, RandomInit{0}));
-      fmt::print("{}: wrote a tiny random checkpoint (vocab {}, {} layers) to {}\n", kName,
-                 c.vocab_size, c.num_hidden_layers, a.make_tiny);
+      write_checkpoint(a.make_tiny, c,
+                       init_transformer_weights(c, a.tiny_dtype, RandomInit{a.seed}));
+      fmt::print("{}: wrote a tiny random checkpoint (vocab {}, {} layers, {}, seed {}) to {}\n",
+                 kName, c.vocab_size, c.num_hidden_layers, a.tiny_dtype, a.seed, a.make_tiny);
     }
     return 0;
   }
