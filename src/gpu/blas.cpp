@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string_view>
 #include <tuple>
 
@@ -55,7 +56,7 @@ cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA
 }  // namespace
 
 struct Blas::Impl {
-  Stream stream;
+  std::shared_ptr<Stream> stream = std::make_shared<Stream>();  // outputs keep it alive
   int device = current_device();
   LtHandle handle;
   void* workspace = nullptr;
@@ -65,7 +66,7 @@ struct Blas::Impl {
   ~Impl() {
     plans.clear();
     const DeviceGuard guard(device);
-    cudaStreamSynchronize(stream.get());  // the workspace may be in use until then
+    cudaStreamSynchronize(stream->get());  // the workspace may be in use until then
     cudaFree(workspace);
   }
   Impl(const Impl&) = delete;
@@ -149,10 +150,11 @@ Blas::~Blas() = default;
 Blas::Blas(Blas&& other) noexcept = default;
 Blas& Blas::operator=(Blas&& other) noexcept = default;
 
-cudaStream_t Blas::stream() const { return stream_for(impl_->stream.get()); }
+cudaStream_t Blas::stream() const { return stream_for(impl_->stream->get()); }
+std::shared_ptr<const Stream> Blas::shared_stream() const { return impl_->stream; }
 int Blas::device() const { return impl_->device; }
 void Blas::synchronize() const {
-  if (capturing_stream() == nullptr) impl_->stream.synchronize();  // a capture keeps one order
+  if (capturing_stream() == nullptr) impl_->stream->synchronize();  // a capture keeps one order
 }
 
 namespace {

@@ -11,6 +11,8 @@
 
 namespace meshtest::gpu {
 
+class Stream;
+
 /// A cuBLASLt handle on the device current at construction, with its own non-blocking stream
 /// (runtime.hpp's Stream) and a 32 MiB workspace. The GPU ops of this folder (linear, swiglu's
 /// callers) queue their work on stream(): ops on one Blas run in call order, and their outputs
@@ -27,6 +29,9 @@ class Blas {
 
   /// (The capture's stream while this thread captures a gpu::Graph: graph.hpp.)
   cudaStream_t stream() const;
+  /// The Blas's own stream, shared: outputs allocated in its order (StreamOrdered,
+  /// device_tensor.hpp) keep it alive after the Blas is gone.
+  std::shared_ptr<const Stream> shared_stream() const;
   /// The CUDA ordinal of the device the handle, stream and workspace belong to.
   int device() const;
   /// Blocks until everything queued on stream() has finished; throws its error if any.

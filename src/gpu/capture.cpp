@@ -1,6 +1,8 @@
 // capture: this thread's capture state.
 #include "src/gpu/capture.hpp"
 
+#include <utility>
+
 namespace meshtest::gpu {
 namespace {
 
@@ -11,9 +13,9 @@ thread_local detail::KeptBuffers* t_kept = nullptr;
 
 cudaStream_t capturing_stream() { return t_stream; }
 
-bool keep_if_capturing(std::byte* p, int device) {
+bool keep_if_capturing(std::byte* p, int device, std::shared_ptr<const Stream> stream) {
   if (t_kept == nullptr) return false;
-  t_kept->emplace_back(p, device);
+  t_kept->push_back({.p = p, .device = device, .stream = std::move(stream)});
   return true;
 }
 

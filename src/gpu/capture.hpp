@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <utility>
+#include <memory>
 #include <vector>
 
 namespace meshtest::gpu {
@@ -22,13 +22,21 @@ inline cudaStream_t stream_for(cudaStream_t own) {
   return c != nullptr ? c : own;
 }
 
+class Stream;
+
 /// For DeviceTensor: true when this thread is capturing, and then `p` (a device buffer of
-/// `device` being freed) is kept by the capturing graph until it is destroyed.
-bool keep_if_capturing(std::byte* p, int device);
+/// `device` being freed; allocated in `stream`'s order, or by cudaMalloc when null) is kept by
+/// the capturing graph until it is destroyed.
+bool keep_if_capturing(std::byte* p, int device, std::shared_ptr<const Stream> stream);
 
 namespace detail {
-/// The buffers a capture keeps: (pointer, device).
-using KeptBuffers = std::vector<std::pair<std::byte*, int>>;
+/// A buffer a capture keeps.
+struct KeptBuffer {
+  std::byte* p = nullptr;
+  int device = -1;
+  std::shared_ptr<const Stream> stream;  ///< its allocation's stream (null: cudaMalloc)
+};
+using KeptBuffers = std::vector<KeptBuffer>;
 /// Graph::capture's: marks this thread as capturing into `stream`, freed buffers going to
 /// `kept`; (nullptr, nullptr) ends it.
 void set_capture(cudaStream_t stream, KeptBuffers* kept);

@@ -5,7 +5,9 @@
 
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "src/core/slice_bytes.hpp"
@@ -50,20 +52,40 @@ class OnDevice {
   std::optional<DeviceGuard> guard_;
 };
 
+/// Makes the current device's default memory pool keep freed memory (release threshold: all),
+/// once per device: stream-ordered allocations then reuse it instead of asking the driver.
+void keep_pool_memory(int device) {
+  static std::mutex mutex;
+  static std::set<int> done;
+  const std::lock_guard lock(mutex);
+  if (!done.insert(device).second) return;
+  cudaMemPool_t pool = nullptr;
+  MESHTEST_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t all = std::numeric_limits<std::uint64_t>::max();
+  MESHTEST_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &all));
+}
+
 }  // namespace
 
 void detail::DeviceFree::operator()(std::byte* p) const noexcept {
-  if (keep_if_capturing(p, device)) return;  // a replay may still use it
+  if (keep_if_capturing(p, device, stream)) return;  // a replay may still use it
   int previous = -1;
   const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
   if (switch_device) (void)cudaSetDevice(device);
-  (void)cudaFree(p);
+  (void)(stream != nullptr ? cudaFreeAsync(p, stream->get()) : cudaFree(p));
   if (switch_device) (void)cudaSetDevice(previous);
 }
 
 DeviceTensor::DeviceTensor(Shape shape, DType dtype, Tensor::Uninitialized)
     : shape_(shape), dtype_(dtype) {
   allocate();
+}
+
+DeviceTensor::DeviceTensor(Shape shape, DType dtype, StreamOrdered order)
+    : shape_(shape), dtype_(dtype) {
+  MESHTEST_CHECK(order.stream != nullptr, "DeviceTensor {}{}: StreamOrdered without a stream",
+                 dtype_, shape_);
+  allocate(capturing_stream() == nullptr ? std::move(order.stream) : nullptr);
 }
 
 DeviceTensor::DeviceTensor(Shape shape, DType dtype)
@@ -75,7 +97,7 @@ DeviceTensor::DeviceTensor(Shape shape, DType dtype)
 
 DeviceTensor::~DeviceTensor() = default;
 
-void DeviceTensor::allocate() {
+void DeviceTensor::allocate(std::shared_ptr<const Stream> stream) {
   const std::int64_t n = shape_.numel();
   const std::size_t size = dtype_size(dtype_);
   MESHTEST_CHECK(
@@ -85,7 +107,10 @@ void DeviceTensor::allocate() {
   if (nbytes_ == 0) return;
   device_ = current_device();
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, allocation_bytes(nbytes_));
+  if (stream != nullptr) keep_pool_memory(device_);
+  const cudaError_t err = stream != nullptr
+                              ? cudaMallocAsync(&p, allocation_bytes(nbytes_), stream->get())
+                              : cudaMalloc(&p, allocation_bytes(nbytes_));
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     std::size_t free = 0, total = 0;
@@ -95,8 +120,8 @@ void DeviceTensor::allocate() {
          dtype_, shape_, device_, cudaGetErrorString(err), cudaGetErrorName(err),
          known ? fmt::format("{} of {} bytes free", free, total) : "unknown free memory");
   }
-  data_ = std::unique_ptr<std::byte, detail::DeviceFree>(static_cast<std::byte*>(p),
-                                                         detail::DeviceFree{device_});
+  data_ = std::unique_ptr<std::byte, detail::DeviceFree>(
+      static_cast<std::byte*>(p), detail::DeviceFree{device_, std::move(stream)});
 }
 
 DeviceTensor::DeviceTensor(const DeviceTensor& other) : shape_(other.shape_), dtype_(other.dtype_) {

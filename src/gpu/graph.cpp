@@ -32,9 +32,9 @@ struct Graph::Impl {
   }
 
   void free_kept() noexcept {
-    for (const auto& [p, d] : kept) {
-      const DeviceGuard on(d);
-      (void)cudaFree(p);
+    for (const detail::KeptBuffer& b : kept) {
+      const DeviceGuard on(b.device);
+      (void)(b.stream != nullptr ? cudaFreeAsync(b.p, b.stream->get()) : cudaFree(b.p));
     }
     kept.clear();
   }

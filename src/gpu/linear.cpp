@@ -18,8 +18,10 @@ DeviceTensor linear_checked(Blas& blas, const DeviceTensor& x, const DeviceTenso
   check_linear(blas, x, weight, bias);
   const std::int64_t in = weight.shape()[1], out = weight.shape()[0];
   const std::int64_t rows = x.shape().outer(x.rank() - 1);
-  // The output is allocated before the scope opens, so that the stream's time covers the GEMM.
-  DeviceTensor y(x.shape().with(x.rank() - 1, out), x.dtype(), Tensor::Uninitialized{});
+  // The output is allocated before the scope opens, so that the stream's time covers the GEMM,
+  // in the order of the stream: a pool allocation of a few microseconds, where a cudaMalloc
+  // (tens) let the GPU finish the previous op and wait for this launch inside its timed span.
+  DeviceTensor y(x.shape().with(x.rank() - 1, out), x.dtype(), StreamOrdered{blas.shared_stream()});
   perf::OpScope scope("linear");
   // The record's fields first and the start event last, right before the launch: on an idle
   // stream the event completes at once, and host work after it would count as the op's time.

@@ -3,6 +3,8 @@
 // and events, and the bad inputs (dtype, ranges, devices, an allocation no GPU has).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -213,6 +215,32 @@ TEST(DeviceTensor, AnAllocationNoDeviceHoldsNamesTheBytes) {
   EXPECT_TRUE(DeviceTensor::from_host(pattern({3}, DType::f32, 12))
                   .to_host()
                   .bitwise_equal(pattern({3}, DType::f32, 12)));
+}
+
+TEST(DeviceTensor, StreamOrderedStorageIsReusedInItsStreamsOrder) {
+  // Made and freed in a stream's order: what the stream wrote is there after it finishes, a
+  // block freed on the stream serves the next allocation there, and the tensor keeps the stream
+  // alive once its maker lets go.
+  auto stream = std::make_shared<Stream>();
+  {
+    DeviceTensor t({1000, 3}, DType::f32, StreamOrdered{stream});
+    MESHTEST_CUDA_CHECK(cudaMemsetAsync(t.bytes(), 0x3f, t.nbytes(), stream->get()));
+    stream->synchronize();
+    const Tensor host = t.to_host();
+    EXPECT_EQ(std::to_integer<int>(host.bytes()[0]), 0x3f);
+    EXPECT_EQ(std::to_integer<int>(host.bytes()[host.nbytes() - 1]), 0x3f);
+  }
+  DeviceTensor again({1000, 3}, DType::f32, StreamOrdered{stream});
+  MESHTEST_CUDA_CHECK(cudaMemsetAsync(again.bytes(), 0, again.nbytes(), stream->get()));
+  stream->synchronize();
+  EXPECT_TRUE(again.to_host().bitwise_equal(Tensor({1000, 3}, DType::f32)));
+  const std::weak_ptr<Stream> alive = stream;
+  stream.reset();
+  EXPECT_FALSE(alive.expired()) << "the tensor must keep its stream";
+  again = DeviceTensor();
+  EXPECT_TRUE(alive.expired());
+  expect_error([] { DeviceTensor t({2}, DType::f32, StreamOrdered{}); },
+               {"StreamOrdered without a stream"});
 }
 
 TEST(Runtime, SetDeviceOutOfRangeNamesTheOrdinalAndTheCount) {
