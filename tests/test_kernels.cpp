@@ -118,6 +118,42 @@ TEST(KernelBench, TheRecommendationRule) {
   EXPECT_EQ(recommendation("v1", "v1", 1.0), "take v1: the simplest version wins");
 }
 
+TEST(KernelBench, RunsAreSummarizedWithTheirMaxAndBestThroughput) {
+  // Runs of 2, 4 and 6 ms at 6e9 flops: mean 4, best 2, max 6, std sqrt(8/3); 1.5 TFLOP/s at
+  // the mean, 3 at the best.
+  const std::vector<double> ms{4, 2, 6};
+  const Timing t = summarize_runs("v1", ms, 6e9);
+  EXPECT_DOUBLE_EQ(t.mean_ms, 4);
+  EXPECT_DOUBLE_EQ(t.best_ms, 2);
+  EXPECT_DOUBLE_EQ(t.max_ms, 6);
+  EXPECT_NEAR(t.std_ms, std::sqrt(8.0 / 3.0), 1e-12);
+  EXPECT_DOUBLE_EQ(t.tflops, 1.5);
+  EXPECT_DOUBLE_EQ(t.best_tflops, 3);
+  test_support::expect_error([] { (void)summarize_runs("v2", {}, 1); }, {"no timed run of v2"});
+  const ConfigBench r{
+      .config = family("fp8_matmul").quick_configs[0], .versions = {t}, .baseline = t};
+  const std::string report = bench_report(family("fp8_matmul"), std::vector<ConfigBench>{r});
+  EXPECT_NE(report.find("max ms"), std::string::npos) << report;
+  EXPECT_NE(report.find("best TF/s"), std::string::npos) << report;
+  EXPECT_NE(report.find("     6.000"), std::string::npos) << report;  // the max column
+  EXPECT_NE(bench_json(family("fp8_matmul"), std::vector<ConfigBench>{r}).find("\"max_ms\":6.0"),
+            std::string::npos);
+  EXPECT_TRUE(cpu_device_line().starts_with("device: ")) << cpu_device_line();
+}
+
+TEST(KernelBench, TheFullSuiteHasTheSeedsShapes) {
+  // The seed's benchmark adds 256- and 512-wide blocks, 4096^2 and a wide output.
+  const Family& f = family("fp8_matmul");
+  const auto has = [&](std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t b) {
+    return std::ranges::any_of(f.configs, [&](const Config& c) {
+      return c.m == m && c.n == n && c.k == k && c.block == b;
+    });
+  };
+  EXPECT_TRUE(has(1024, 1024, 1024, 256));
+  EXPECT_TRUE(has(4096, 4096, 4096, 512));
+  EXPECT_TRUE(has(2048, 4096, 2048, 128));
+}
+
 TEST(KernelBench, TheReportMarksEachWinnerAndCountsWins) {
   const Family& f = family("fp8_matmul");
   const auto t = [](const char* v, double ms) {

@@ -178,8 +178,8 @@ int bench_main(int argc, char** argv) {
                  kernels::correctness_report(checks), f->name);
       return 1;
     }
-    fmt::print("correctness: all {} checks passed; timing ({} warm-up, {} timed runs each)\n",
-               checks.size(), bo.warmup, bo.iterations);
+    fmt::print("correctness: all {} checks passed; timing ({} warm-up, {} timed runs each)\n{}\n",
+               checks.size(), bo.warmup, bo.iterations, kernels::cpu_device_line());
     const auto results = kernels::bench_family(*f, configs, bo);
     fmt::print("{}\n", kernels::bench_report(*f, results));
     json += kernels::bench_json(*f, results);
@@ -202,8 +202,8 @@ int bench_main(int argc, char** argv) {
     }
     fmt::print(
         "timing on the GPU with CUDA events ({} warm-up, {} timed runs each; operands "
-        "uploaded before)\n",
-        bo.warmup, bo.iterations);
+        "uploaded before)\n{}\n",
+        bo.warmup, bo.iterations, gpu::gpu_device_line());
     const auto results = gpu::bench_gpu_family(*f, configs, checks, bo);
     fmt::print("{}\n", kernels::bench_report(f->name, gpu::version_names(*f), results));
     json += kernels::bench_json(f->name, results);

@@ -6,9 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
 
+#include "src/core/error.hpp"
 #include "src/core/random.hpp"
 
 namespace meshtest::kernels {
@@ -25,15 +30,7 @@ Timing time_runs(const std::string& name, double flops, const BenchOptions& opt,
     const auto t1 = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  Timing t{.version = name};
-  double sum = 0, sq = 0;
-  for (double v : ms) sum += v;
-  t.mean_ms = sum / static_cast<double>(ms.size());
-  for (double v : ms) sq += (v - t.mean_ms) * (v - t.mean_ms);
-  t.std_ms = std::sqrt(sq / static_cast<double>(ms.size()));
-  t.best_ms = *std::ranges::min_element(ms);
-  t.tflops = flops / (t.mean_ms * 1e-3) / 1e12;
-  return t;
+  return summarize_runs(name, ms, flops);
 }
 
 const Timing& fastest(const ConfigBench& c) {
@@ -93,6 +90,33 @@ std::string recommendation(const std::string& simplest, const std::string& winne
   return fmt::format("take {}: {:.1f} % faster than the simpler {}", winner, 100 * gain, simplest);
 }
 
+Timing summarize_runs(std::string name, std::span<const double> ms, double flops) {
+  MESHTEST_CHECK(!ms.empty(), "kernel bench: no timed run of {}", name);
+  Timing t{.version = std::move(name)};
+  double sum = 0, sq = 0;
+  for (double v : ms) sum += v;
+  t.mean_ms = sum / static_cast<double>(ms.size());
+  for (double v : ms) sq += (v - t.mean_ms) * (v - t.mean_ms);
+  t.std_ms = std::sqrt(sq / static_cast<double>(ms.size()));
+  t.best_ms = *std::ranges::min_element(ms);
+  t.max_ms = *std::ranges::max_element(ms);
+  t.tflops = flops / (t.mean_ms * 1e-3) / 1e12;
+  t.best_tflops = flops / (t.best_ms * 1e-3) / 1e12;
+  return t;
+}
+
+std::string cpu_device_line() {
+  std::string model = "unknown CPU";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("model name")) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) model = line.substr(colon + 2);
+    break;
+  }
+  return fmt::format("device: {}, {} hardware threads", model, std::thread::hardware_concurrency());
+}
+
 std::vector<std::string> version_names(const Family& f) {
   std::vector<std::string> names;
   for (const Version& v : f.versions) names.push_back(v.name);
@@ -118,18 +142,22 @@ std::string bench_report(std::string_view family, std::span<const std::string> v
     }
     const Timing& best = fastest(r);
     ++wins[best.version];
-    out += fmt::format("  {:<10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "version", "mean ms",
-                       "best ms", "std ms", "TFLOP/s", "% best", "x " + baseline_label(r));
+    out += fmt::format("  {:<10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}\n", "version",
+                       "mean ms", "best ms", "max ms", "std ms", "TFLOP/s", "best TF/s", "% best",
+                       "x " + baseline_label(r));
     for (const Timing& t : r.versions) {
       total_ms[t.version] += t.mean_ms;
-      out += fmt::format("  {:<10} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f} {:>8.1f}% {:>9.2f}{}\n",
-                         t.version, t.mean_ms, t.best_ms, t.std_ms, t.tflops,
-                         100 * best.mean_ms / t.mean_ms, r.baseline.mean_ms / t.mean_ms,
-                         &t == &best ? "  *" : "");
+      out += fmt::format(
+          "  {:<10} {:>10.3f} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f} {:>10.3f} {:>8.1f}% "
+          "{:>9.2f}{}\n",
+          t.version, t.mean_ms, t.best_ms, t.max_ms, t.std_ms, t.tflops, t.best_tflops,
+          100 * best.mean_ms / t.mean_ms, r.baseline.mean_ms / t.mean_ms, &t == &best ? "  *" : "");
     }
-    out += fmt::format("  {:<10} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f}   (baseline, same run)\n",
-                       r.baseline.version, r.baseline.mean_ms, r.baseline.best_ms,
-                       r.baseline.std_ms, r.baseline.tflops);
+    out += fmt::format(
+        "  {:<10} {:>10.3f} {:>10.3f} {:>10.3f} {:>9.3f} {:>9.3f} {:>10.3f}   (baseline, same "
+        "run)\n",
+        r.baseline.version, r.baseline.mean_ms, r.baseline.best_ms, r.baseline.max_ms,
+        r.baseline.std_ms, r.baseline.tflops, r.baseline.best_tflops);
   }
   if (results.empty() || versions.empty() || wins.empty()) return out;
   out += "\nwins:";
@@ -180,13 +208,20 @@ std::string bench_json(std::string_view family, std::span<const ConfigBench> res
     for (const Timing& t : r.versions) all.push_back(&t);
     all.push_back(&r.baseline);
     for (const Timing* t : all) {
-      const nlohmann::json j = {
-          {"family", family},      {"config", r.config.name},
-          {"m", r.config.m},       {"n", r.config.n},
-          {"k", r.config.k},       {"block", r.config.block},
-          {"version", t->version}, {"mean_ms", t->mean_ms},
-          {"best_ms", t->best_ms}, {"std_ms", t->std_ms},
-          {"tflops", t->tflops},   {"x_" + baseline_label(r), r.baseline.mean_ms / t->mean_ms}};
+      const nlohmann::json j = {{"family", family},
+                                {"config", r.config.name},
+                                {"m", r.config.m},
+                                {"n", r.config.n},
+                                {"k", r.config.k},
+                                {"block", r.config.block},
+                                {"version", t->version},
+                                {"mean_ms", t->mean_ms},
+                                {"best_ms", t->best_ms},
+                                {"max_ms", t->max_ms},
+                                {"std_ms", t->std_ms},
+                                {"tflops", t->tflops},
+                                {"best_tflops", t->best_tflops},
+                                {"x_" + baseline_label(r), r.baseline.mean_ms / t->mean_ms}};
       out += j.dump() + "\n";
     }
   }

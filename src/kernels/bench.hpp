@@ -15,9 +15,14 @@ namespace meshtest::kernels {
 
 struct Timing {
   std::string version;  ///< a version's name, or the baseline's ("eigen f32", "cublas bf16")
-  double mean_ms = 0, best_ms = 0, std_ms = 0;
-  double tflops = 0;  ///< from the mean time
+  double mean_ms = 0, best_ms = 0, max_ms = 0, std_ms = 0;
+  double tflops = 0;       ///< from the mean time
+  double best_tflops = 0;  ///< from the best time
 };
+
+/// The Timing of `name` from the times of its runs (milliseconds, at least one) and the flops
+/// of one run: mean, best, max, population std, TFLOP/s at the mean and at the best time.
+Timing summarize_runs(std::string name, std::span<const double> ms, double flops);
 
 struct ConfigBench {
   Config config;
@@ -42,11 +47,11 @@ std::vector<ConfigBench> bench_family(const Family& f, std::span<const Config> c
 /// complexity; over 10 %, take the faster.
 std::string recommendation(const std::string& simplest, const std::string& winner, double speedup);
 
-/// The report: per configuration a table (mean, best, std, TFLOP/s, % of the best version's
-/// time, the baseline's time over the version's), then wins per version, the overall winner
-/// (most wins; ties by total mean time) and the recommendation. `versions` in order, the
-/// simplest first; a version absent from a configuration's timings (not timed there) neither
-/// wins it nor enters the winner's speed ratio there.
+/// The report: per configuration a table (mean, best, max and std time, TFLOP/s at the mean
+/// and at the best time, % of the best version's time, the baseline's time over the version's),
+/// then wins per version, the overall winner (most wins; ties by total mean time) and the
+/// recommendation. `versions` in order, the simplest first; a version absent from a configuration's
+/// timings (not timed there) neither wins it nor enters the winner's speed ratio there.
 std::string bench_report(std::string_view family, std::span<const std::string> versions,
                          std::span<const ConfigBench> results);
 std::string bench_report(const Family& f, std::span<const ConfigBench> results);
@@ -58,5 +63,9 @@ std::string bench_json(const Family& f, std::span<const ConfigBench> results);
 
 /// The names of f's versions, in order.
 std::vector<std::string> version_names(const Family& f);
+
+/// "device: <the CPU's model name>, <n> hardware threads" (from /proc/cpuinfo; "unknown CPU"
+/// where it is not there): the CPU families' report names the machine it timed.
+std::string cpu_device_line();
 
 }  // namespace meshtest::kernels

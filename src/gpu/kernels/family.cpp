@@ -60,19 +60,6 @@ Inputs rows_of(const Inputs& in, const std::vector<std::int64_t>& rows) {
   return out;
 }
 
-/// mean, best, std and TFLOP/s of `ms`.
-Timing summarize(std::string name, const std::vector<float>& ms, double flops) {
-  Timing t{.version = std::move(name)};
-  double sum = 0, sq = 0;
-  for (float v : ms) sum += v;
-  t.mean_ms = sum / static_cast<double>(ms.size());
-  for (float v : ms) sq += (v - t.mean_ms) * (v - t.mean_ms);
-  t.std_ms = std::sqrt(sq / static_cast<double>(ms.size()));
-  t.best_ms = *std::ranges::min_element(ms);
-  t.tflops = flops / (t.mean_ms * 1e-3) / 1e12;
-  return t;
-}
-
 /// Times `launch` on `stream`: warm-up runs, then each timed run between two events recorded
 /// on the stream; the host waits only after the last run is queued.
 Timing time_on_device(std::string name, double flops, const kernels::BenchOptions& opt,
@@ -86,10 +73,10 @@ Timing time_on_device(std::string name, double flops, const kernels::BenchOption
     stops[static_cast<std::size_t>(i)].record(stream.get());
   }
   stream.synchronize();
-  std::vector<float> ms;
+  std::vector<double> ms;
   for (std::size_t i = 0; i < starts.size(); ++i)
     ms.push_back(stops[i].elapsed_ms_since(starts[i]));
-  return summarize(std::move(name), ms, flops);
+  return kernels::summarize_runs(std::move(name), ms, flops);
 }
 
 /// The baseline: cuBLAS's bf16 GEMM y [m, n] = a [m, k] · b [n, k]ᵀ (bf16 in and out, f32
@@ -127,6 +114,16 @@ std::vector<std::string> version_names(const GpuFamily& f) {
   std::vector<std::string> names;
   for (const GpuVersion& v : f.versions) names.push_back(v.name);
   return names;
+}
+
+std::string gpu_device_line() {
+  const int device = current_device();
+  cudaDeviceProp p{};
+  MESHTEST_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return fmt::format("device: cuda:{} {}, {} SMs, {:.1f} GiB, compute capability {}.{}", device,
+                     p.name, p.multiProcessorCount,
+                     static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), p.major,
+                     p.minor);
 }
 
 std::string gpu_unavailable_reason() {

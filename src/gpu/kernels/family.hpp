@@ -61,6 +61,10 @@ struct GpuFamily {
 /// Why this process cannot run GPU versions ("" when it can): no GPU, with the runtime's reason.
 std::string gpu_unavailable_reason();
 
+/// "device: cuda:<i> <name>, <n> SMs, <x> GiB, compute capability <major>.<minor>" of the
+/// current device: the GPU families' report names the device it timed.
+std::string gpu_device_line();
+
 /// The outcome of checking one version on one configuration.
 struct GpuCheck {
   kernels::Check check;  ///< names and tolerance only when skipped or failed with an error
