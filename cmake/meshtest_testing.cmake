@@ -1,9 +1,10 @@
-# meshtest_add_mpi_test(<target> [NAME name] [NP n...] [SCALE] [SCALE_NP n...]
+# meshtest_add_mpi_test(<target> [NAME name] [NP n...] [SCALE] [SCALE_NP n...] [SCALE_ONLY]
 #                       [TIMEOUT s] [SCALE_TIMEOUT s] [ENV var=value...] [ARGS ...])
 # Registers an MPI GoogleTest binary in CTest once per rank count, as
 # <name>.np<N> (name defaults to the target), with labels "mpi" and "np<N>",
 # PROCESSORS N, a timeout (default 300 s) and ENV added to the environment.
-# NP defaults to MESHTEST_DEFAULT_NPS (1 2 3 4 8).
+# NP defaults to MESHTEST_DEFAULT_NPS (1 2 3 4 8), or to none with SCALE_ONLY (only the
+# scale runs).
 # Scale runs: SCALE adds the rank counts of MESHTEST_SCALE_NPS (6 12 16) and
 # SCALE_NP the given ones (e.g. 32); they are labelled "scale" as well (`ctest -L
 # scale` runs only them, `-LE scale` leaves them out), time out after
@@ -35,11 +36,12 @@ if(MESHTEST_SANITIZE)
 endif()
 
 function(meshtest_add_mpi_test target)
-  cmake_parse_arguments(ARG "SCALE" "TIMEOUT;SCALE_TIMEOUT;NAME" "NP;SCALE_NP;ARGS;ENV" ${ARGN})
+  cmake_parse_arguments(ARG "SCALE;SCALE_ONLY" "TIMEOUT;SCALE_TIMEOUT;NAME" "NP;SCALE_NP;ARGS;ENV"
+                        ${ARGN})
   if(NOT ARG_NAME)
     set(ARG_NAME ${target})
   endif()
-  if(NOT ARG_NP)
+  if(NOT ARG_NP AND NOT ARG_SCALE_ONLY)
     set(ARG_NP ${MESHTEST_DEFAULT_NPS})
   endif()
   if(NOT ARG_TIMEOUT)
@@ -55,7 +57,9 @@ function(meshtest_add_mpi_test target)
     endif()
     list(APPEND scale_nps ${ARG_SCALE_NP})
     list(REMOVE_DUPLICATES scale_nps)
-    list(REMOVE_ITEM scale_nps ${ARG_NP})
+    if(ARG_NP)
+      list(REMOVE_ITEM scale_nps ${ARG_NP})
+    endif()
   endif()
   foreach(np IN LISTS ARG_NP scale_nps)
     if(np IN_LIST scale_nps)

@@ -117,9 +117,15 @@ MESHTEST_INSTANTIATE_MESH_SHAPES(FusedModule);
 /// The unit tests' parameters the module runs at: prefill 128, random weights, program cache on.
 testing::FusedParams module_params() { return {}; }
 
-/// The fused-op unit tests' setup on the 1 x N mesh of every rank (their default mesh).
+/// The fused-op unit tests' setup on their default mesh (1 x N, or MESHTEST_FUSED_MESH).
 testing::FusedSetup module_setup() {
-  return {.params = module_params(), .mesh = {1, testing::world_size()}};
+  return {.params = module_params(), .mesh = testing::fused_default_mesh()};
+}
+
+/// The default mesh of the fused-op unit tests as a mesh device.
+MeshDevice default_mesh() {
+  const testing::MeshShape s = testing::fused_default_mesh();
+  return MeshDevice({s[0], s[1]});
 }
 
 /// Collective over `mesh` (1 x N): the TP transformer_block of layer kLayer, fused on, in
@@ -160,12 +166,12 @@ class FusedModuleReport : public ::testing::Test {
 };
 
 TEST_F(FusedModuleReport, WritesTheModuleReport) {
-  const MeshDevice mesh({1, testing::world_size()});
+  const MeshDevice mesh = default_mesh();
   const std::vector<perf::OpRecord> all = module_records(mesh);
   if (mesh.device_id() != 0) return;
-  const std::filesystem::path path = module_report({1, mesh.size()});
+  const std::filesystem::path path = module_report(mesh.shape());
   testing::write_fused_device_perf(all, "gpt_oss_block", path.parent_path(),
-                                   fmt::format("module prefill 128 mesh 1x{}", mesh.size()));
+                                   fmt::format("module prefill 128 mesh {}", mesh.str()));
   const perf::OpsReport report = perf::read_ops_csv(path);
   for (const char* op : {"qkv_rope", "sdpa_sinks", "experts"}) {
     EXPECT_TRUE(std::any_of(report.records.begin(), report.records.end(),
@@ -207,11 +213,11 @@ class FusedModuleCompare : public ::testing::Test {
 };
 
 TEST_F(FusedModuleCompare, ChangedShapeFailsTheComparison) {
-  const MeshDevice mesh({1, testing::world_size()});
+  const MeshDevice mesh = default_mesh();
   const std::vector<perf::OpRecord> all = module_records(mesh);
   if (mesh.device_id() != 0) return;
   const perf::OpsReport module = perf::parse_ops_csv(perf::ops_csv(all), "module");
-  const int tp = mesh.size();
+  const int tp = mesh.axis_size(1);  // the TP axis (1 x N, or the seed's 2x4 and 4x8)
 
   const perf::CompareResult same =
       perf::compare_configs(qkv_rope_report(128, tp, "qkv_rope 128 tokens"), module);

@@ -220,6 +220,28 @@ TEST_F(FusedKit, ScaledFusedOpFailsTheModel) {
   }
 }
 
+TEST_F(FusedKit, TheDefaultMeshFollowsMeshtestFusedMesh) {
+  // Unset: 1 x N. Set: RxC over the started ranks (the seed's 2x4 and 4x8); a malformed value or
+  // a size other than the world's names it. The job's own value comes back afterwards.
+  const char* was = std::getenv("MESHTEST_FUSED_MESH");
+  const std::string saved = was != nullptr ? was : "";
+  const int n = world_size();
+  unsetenv("MESHTEST_FUSED_MESH");
+  EXPECT_EQ(fused_default_mesh(), (MeshShape{1, n}));
+  setenv("MESHTEST_FUSED_MESH", fmt::format("{}x1", n).c_str(), 1);
+  EXPECT_EQ(fused_default_mesh(), (MeshShape{n, 1}));
+  setenv("MESHTEST_FUSED_MESH", "2x", 1);
+  expect_error([] { (void)fused_default_mesh(); }, {"MESHTEST_FUSED_MESH is '2x': expected RxC"});
+  setenv("MESHTEST_FUSED_MESH", fmt::format("1x{}", n + 1).c_str(), 1);
+  expect_error([] { (void)fused_default_mesh(); },
+               {fmt::format("has {} devices but {} ranks are running", n + 1, n)});
+  if (was != nullptr) {
+    setenv("MESHTEST_FUSED_MESH", saved.c_str(), 1);
+  } else {
+    unsetenv("MESHTEST_FUSED_MESH");
+  }
+}
+
 TEST_F(FusedKit, BadModelIsAnError) {
   const FusedSetup s{.params = kPrefill};
   const std::string at = "doubling: model(prefill_6_random_cache_on)";

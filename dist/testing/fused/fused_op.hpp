@@ -40,7 +40,9 @@
 // falls back to "replay is the eager call", said on device 0 ("trace replay is eager (no trace step
 // for <ops>)") and on the e2e line ("replay is eager"); see capture_trace in fused_op.cpp.
 //
-// The mesh: case.mesh, or the 1 x N mesh of every started rank (TP over N on axis 1). A case
+// The mesh: case.mesh, or MESHTEST_FUSED_MESH=RxC when it is set (R*C started ranks: the
+// seed's 2x4 at np 8 and 4x8 at np 32, TP over C on axis 1, the R rows alike), or the 1 x N mesh
+// of every started rank (TP over N on axis 1). A case
 // with a fixed mesh started on fewer ranks runs device 0's chunk of it on one device, saying so
 // (chunked.hpp's MeshRun), when chunk_fallback is set; otherwise it skips.
 //
@@ -101,6 +103,12 @@ void check_fused_params(const FusedParams& p);
 /// The grid: decode 1 and prefill 128, 1024, 8192; random and checkpoint weights; cache_off,
 /// cache_on and trace. Every set is listed; fused_skip_reason says which ones run here.
 std::vector<FusedParams> fused_grid();
+
+/// The mesh of a case without one of its own (FusedOpCase::mesh): MESHTEST_FUSED_MESH=RxC when
+/// it is set (R*C must be the started ranks; the seed's 2x4 and 4x8, TP over C on axis 1, the
+/// rows alike), else 1 x N over every started rank. Throws Error for a malformed value or a
+/// size other than the world's, naming it.
+MeshShape fused_default_mesh();
 
 /// What make_inputs gets.
 struct FusedSetup {

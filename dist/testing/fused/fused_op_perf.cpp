@@ -4,7 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include "dist/perf/e2e.hpp"
 #include "dist/perf/gather.hpp"
@@ -160,6 +162,31 @@ SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, co
 
 // ---- FusedOpTest ---------------------------------------------------------------------------
 
+MeshShape fused_default_mesh() {
+  const int world = world_size();
+  const char* env = std::getenv("MESHTEST_FUSED_MESH");
+  if (env == nullptr || *env == '\0') return {1, world};
+  const std::string s(env);
+  const auto x = s.find('x');
+  int r = 0, c = 0;
+  try {
+    std::size_t used_r = 0, used_c = 0;
+    if (x != std::string::npos) {
+      r = std::stoi(s.substr(0, x), &used_r);
+      c = std::stoi(s.substr(x + 1), &used_c);
+    }
+    if (x == std::string::npos || used_r != x || used_c != s.size() - x - 1) r = c = 0;
+  } catch (const std::exception&) {
+    r = c = 0;
+  }
+  MESHTEST_CHECK(r > 0 && c > 0, "MESHTEST_FUSED_MESH is '{}': expected RxC with positive R and C",
+                 s);
+  MESHTEST_CHECK(r * c == world,
+                 "MESHTEST_FUSED_MESH={} has {} devices but {} ranks are running (start R*C ranks)",
+                 s, r * c, world);
+  return {r, c};
+}
+
 void FusedOpTest::SetUp() {
   case_ = make_case();
   check_fused_case(case_);
@@ -168,7 +195,7 @@ void FusedOpTest::SetUp() {
   if (p.weights == FusedWeights::checkpoint) {
     checkpoint_.emplace(CheckpointDir::open(fused_checkpoint_dir()));
   }
-  run_.emplace(case_.mesh.value_or(MeshShape{1, world_size()}),
+  run_.emplace(case_.mesh.value_or(fused_default_mesh()),
                FixedMeshOptions{.chunk_fallback = case_.chunk_fallback});
 }
 
