@@ -65,4 +65,19 @@ MESHTEST_FUSED_OP_TESTS(sdpa_sinks, testing::FusedOpCase{
                                         .fused = sdpa_sinks_fused,
                                     });
 
+// The same case fixed on the seed's 4x8 mesh (TP over 8 on axis 1, the rows alike): on 32
+// ranks it runs whole; on fewer, device 0's chunk of it runs on one device
+// (FusedOpCase::chunk_fallback).
+MESHTEST_FUSED_OP_TESTS(sdpa_sinks_on_4x8, testing::FusedOpCase{
+                                               .name = "sdpa_sinks",
+                                               .expected_pcc = 0.999,
+                                               .model = sdpa_sinks_model,
+                                               .checkpoint_tensors = {attn_name("sinks")},
+                                               .make_inputs = sdpa_sinks_inputs,
+                                               .reference = sdpa_sinks_reference,
+                                               .fused = sdpa_sinks_fused,
+                                               .mesh = testing::MeshShape{4, 8},
+                                               .chunk_fallback = true,
+                                           });
+
 }  // namespace meshtest::dist::fused_test
