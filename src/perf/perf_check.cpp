@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "src/core/error.hpp"
 
@@ -99,6 +101,14 @@ PerfFigures parse_perf_figures(std::string_view json_text, std::string_view wher
     f.margin = m;
   }
   return f;
+}
+
+PerfFigures read_perf_figures(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MESHTEST_CHECK(in.good(), "cannot read the perf figures {}", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_perf_figures(text.str(), path.string());
 }
 
 PerfCheck check_perf(const PerfFigures& expected, const PerfFigures& measured,

@@ -2,6 +2,7 @@
 // with a margin (meshtest-report check-perf; docs/perf.md, "Perf expectations").
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ struct PerfFigures {
 /// naming the file and the missing or invalid field (times must be finite and >= 0; op
 /// indices 0, 1, ... in order; a margin finite and in [0, 10]).
 PerfFigures parse_perf_figures(std::string_view json_text, std::string_view where);
+/// parse_perf_figures of the file at `path`; an Error names a file that cannot be read.
+PerfFigures read_perf_figures(const std::filesystem::path& path);
 
 /// The verdict of one row: within the margin, slower than it (a regression), faster than it
 /// (an improvement: worth --update, never a failure).

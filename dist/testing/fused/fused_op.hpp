@@ -104,6 +104,17 @@ void check_fused_params(const FusedParams& p);
 /// cache_on and trace. Every set is listed; fused_skip_reason says which ones run here.
 std::vector<FusedParams> fused_grid();
 
+/// MESHTEST_PERF_EXPECTED=DIR: the perf expectations of the fused-op tests, a tree laid out as
+/// the reports (<op>/<RxC>/<param>/device_perf/measurements.json: an earlier run's reports
+/// directory serves as the baseline as it is, or expectation files written by `meshtest-report
+/// check-perf --update`). When set, each device_perf test holds its measurements.json against
+/// the matching file (margin: the file's "margin", else MESHTEST_PERF_MARGIN, default 0.1; one
+/// microsecond of slack per op) and fails on a regression, and each single_device test fails
+/// when it is slower than the multi-device run's by more than the margin. Unset: nothing about
+/// time is asserted; the single_device test still prints its comparison table. The `perf` label
+/// runs these checks (never the default CI: timings there are noise).
+std::optional<std::filesystem::path> fused_perf_baseline();
+
 /// The mesh of a case without one of its own (FusedOpCase::mesh): MESHTEST_FUSED_MESH=RxC when
 /// it is set (R*C must be the started ranks; the seed's 2x4 and 4x8, TP over C on axis 1, the
 /// rows alike), else 1 x N over every started rank. Throws Error for a malformed value or a

@@ -4,8 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "dist/perf/e2e.hpp"
@@ -13,6 +15,7 @@
 #include "dist/testing/fused/fused_op.hpp"
 #include "dist/testing/harness/harness.hpp"
 #include "src/perf/ops_csv.hpp"
+#include "src/perf/perf_check.hpp"
 #include "src/perf/profiler.hpp"
 #include "src/perf/report.hpp"
 
@@ -67,7 +70,42 @@ std::string run_label(const MeshRun& run, const FusedParams& p) {
                      run.chunked() ? " (device 0's chunk)" : "");
 }
 
+/// MESHTEST_PERF_MARGIN (default 0.1): the relative slack of the perf checks below.
+double perf_margin() {
+  const char* env = std::getenv("MESHTEST_PERF_MARGIN");
+  if (env == nullptr || *env == '\0') return 0.1;
+  char* end = nullptr;
+  const double m = std::strtod(env, &end);
+  MESHTEST_CHECK(end != env && *end == '\0' && std::isfinite(m) && m >= 0 && m <= 10,
+                 "MESHTEST_PERF_MARGIN is '{}': expected a number in [0, 10] (0.1 = 10 %)", env);
+  return m;
+}
+
+/// Holds `measured` against `expected` (measurements.json files) op by op and in total, prints
+/// the table, and when `assert_it` fails the test on a regression beyond the margin.
+void check_perf_against(const std::filesystem::path& expected,
+                        const std::filesystem::path& measured, const std::string& what,
+                        bool assert_it) {
+  const perf::PerfFigures e = perf::read_perf_figures(expected);
+  // A microsecond of slack on each op: timer noise on ops of a few microseconds.
+  const perf::PerfCheckOptions opt{.margin = e.margin.value_or(perf_margin()), .min_us = 1.0};
+  const perf::PerfCheck c = perf::check_perf(e, perf::read_perf_figures(measured), opt);
+  fmt::print("{}: check-perf {} against {}\n{}", what, measured.string(), expected.string(),
+             c.table(opt));
+  if (assert_it) {
+    EXPECT_FALSE(c.regressed) << what << ": slower than " << expected << " beyond the margin "
+                              << opt.margin << "\n"
+                              << c.table(opt);
+  }
+}
+
 }  // namespace
+
+std::optional<std::filesystem::path> fused_perf_baseline() {
+  const char* env = std::getenv("MESHTEST_PERF_EXPECTED");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  return std::filesystem::path(env);
+}
 
 perf::Aggregate write_fused_device_perf(std::span<const perf::OpRecord> records,
                                         const std::string& op, const std::filesystem::path& dir,
@@ -104,6 +142,19 @@ std::filesystem::path fused_device_perf(const MeshRun& run, const FusedOpCase& c
   const std::vector<perf::OpRecord> all = gather_records(mesh, mine);
   if (mesh.device_id() != 0) return {};
   write_fused_device_perf(all, c.name, dir, run_label(run, s.params));
+  if (const auto baseline = fused_perf_baseline()) {
+    // The baseline tree has the reports' layout: <op>/<RxC>/<param>/device_perf/.
+    const std::filesystem::path expected =
+        *baseline / c.name / fmt::format("{}x{}", run.shape()[0], run.shape()[1]) /
+        fused_param_name(s.params) / "device_perf" / "measurements.json";
+    if (std::filesystem::exists(expected)) {
+      check_perf_against(expected, dir / "measurements.json",
+                         fmt::format("{} {}", c.name, run_label(run, s.params)), true);
+    } else {
+      fmt::print("{} {}: no perf expectation at {} (MESHTEST_PERF_EXPECTED)\n", c.name,
+                 run_label(run, s.params), expected.string());
+    }
+  }
   return dir / fmt::format("ops_perf_{}.csv", c.name);
 }
 
@@ -146,6 +197,10 @@ SingleDeviceRun fused_single_device(const MeshRun& run, const FusedOpCase& c, co
   FusedRunner runner(one, c.fused, s, chunk);
   write_fused_device_perf(profile_iterations(runner), c.name, dir, label);
   r.report = dir / fmt::format("ops_perf_{}.csv", c.name);
+  // Its perf against the multi-device run's (device 0's chunk there, the slowest device in
+  // the aggregate): printed, and asserted in the perf checks (MESHTEST_PERF_EXPECTED set).
+  check_perf_against(multi_report.parent_path() / "measurements.json", dir / "measurements.json",
+                     label + " vs the multi-device run", fused_perf_baseline().has_value());
   r.check = compare_fused_outputs(c, s, c.reference(s, chunk), runner.run(), label);
   r.shapes = perf::compare_shapes(perf::read_ops_csv(r.report), multi);
   if (!r.shapes.ok) {
