@@ -59,31 +59,21 @@ ErrorModel qkv_rope_model(const FusedSetup& s) {
 
 }  // namespace
 
-MESHTEST_FUSED_OP_TESTS(qkv_rope,
-                        testing::FusedOpCase{
-                            .name = "qkv_rope",
-                            .expected_pcc = 0.9999,
-                            .model = qkv_rope_model,
-                            .checkpoint_tensors = {attn_name("qkv.weight"), attn_name("qkv.bias")},
-                            .make_inputs = qkv_rope_inputs,
-                            .reference = qkv_rope_reference,
-                            .fused = qkv_rope_fused,
-                        });
+/// The case on the default mesh (1 x N, or MESHTEST_FUSED_MESH).
+static testing::FusedOpCase qkv_rope_case() {
+  return testing::FusedOpCase{
+      .name = "qkv_rope",
+      .expected_pcc = 0.9999,
+      .model = qkv_rope_model,
+      .checkpoint_tensors = {attn_name("qkv.weight"), attn_name("qkv.bias")},
+      .make_inputs = qkv_rope_inputs,
+      .reference = qkv_rope_reference,
+      .fused = qkv_rope_fused,
+  };
+}
 
-// The same case fixed on the seed's 4x8 mesh (TP over 8 on axis 1, the rows alike): on 32
-// ranks it runs whole; on fewer, device 0's chunk of it runs on one device
-// (FusedOpCase::chunk_fallback).
-MESHTEST_FUSED_OP_TESTS(qkv_rope_on_4x8,
-                        testing::FusedOpCase{
-                            .name = "qkv_rope",
-                            .expected_pcc = 0.9999,
-                            .model = qkv_rope_model,
-                            .checkpoint_tensors = {attn_name("qkv.weight"), attn_name("qkv.bias")},
-                            .make_inputs = qkv_rope_inputs,
-                            .reference = qkv_rope_reference,
-                            .fused = qkv_rope_fused,
-                            .mesh = testing::MeshShape{4, 8},
-                            .chunk_fallback = true,
-                        });
+MESHTEST_FUSED_OP_TESTS(qkv_rope, qkv_rope_case());
+// The same case fixed on the seed's 4x8 mesh (on_seed_mesh).
+MESHTEST_FUSED_OP_TESTS(qkv_rope_on_4x8, on_seed_mesh(qkv_rope_case()));
 
 }  // namespace meshtest::dist::fused_test

@@ -55,29 +55,21 @@ ErrorModel sdpa_sinks_model(const FusedSetup& s) {
 
 }  // namespace
 
-MESHTEST_FUSED_OP_TESTS(sdpa_sinks, testing::FusedOpCase{
-                                        .name = "sdpa_sinks",
-                                        .expected_pcc = 0.999,
-                                        .model = sdpa_sinks_model,
-                                        .checkpoint_tensors = {attn_name("sinks")},
-                                        .make_inputs = sdpa_sinks_inputs,
-                                        .reference = sdpa_sinks_reference,
-                                        .fused = sdpa_sinks_fused,
-                                    });
+/// The case on the default mesh (1 x N, or MESHTEST_FUSED_MESH).
+static testing::FusedOpCase sdpa_sinks_case() {
+  return testing::FusedOpCase{
+      .name = "sdpa_sinks",
+      .expected_pcc = 0.999,
+      .model = sdpa_sinks_model,
+      .checkpoint_tensors = {attn_name("sinks")},
+      .make_inputs = sdpa_sinks_inputs,
+      .reference = sdpa_sinks_reference,
+      .fused = sdpa_sinks_fused,
+  };
+}
 
-// The same case fixed on the seed's 4x8 mesh (TP over 8 on axis 1, the rows alike): on 32
-// ranks it runs whole; on fewer, device 0's chunk of it runs on one device
-// (FusedOpCase::chunk_fallback).
-MESHTEST_FUSED_OP_TESTS(sdpa_sinks_on_4x8, testing::FusedOpCase{
-                                               .name = "sdpa_sinks",
-                                               .expected_pcc = 0.999,
-                                               .model = sdpa_sinks_model,
-                                               .checkpoint_tensors = {attn_name("sinks")},
-                                               .make_inputs = sdpa_sinks_inputs,
-                                               .reference = sdpa_sinks_reference,
-                                               .fused = sdpa_sinks_fused,
-                                               .mesh = testing::MeshShape{4, 8},
-                                               .chunk_fallback = true,
-                                           });
+MESHTEST_FUSED_OP_TESTS(sdpa_sinks, sdpa_sinks_case());
+// The same case fixed on the seed's 4x8 mesh (on_seed_mesh).
+MESHTEST_FUSED_OP_TESTS(sdpa_sinks_on_4x8, on_seed_mesh(sdpa_sinks_case()));
 
 }  // namespace meshtest::dist::fused_test

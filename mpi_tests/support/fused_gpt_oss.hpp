@@ -43,6 +43,14 @@ inline GptOssConfig config(const FusedSetup& s) {
 }
 
 /// Checkpoint name of attention tensor `rel` ("qkv.weight") of kLayer.
+/// `c` fixed on the seed's 4x8 mesh (TP over 8 on axis 1, the rows alike): on 32 ranks it runs
+/// whole; on fewer, device 0's chunk of it runs on one device (FusedOpCase::chunk_fallback).
+inline testing::FusedOpCase on_seed_mesh(testing::FusedOpCase c) {
+  c.mesh = testing::MeshShape{4, 8};
+  c.chunk_fallback = true;
+  return c;
+}
+
 inline std::string attn_name(const std::string& rel) {
   return fmt::format("block.{}.attn.{}", kLayer, rel);
 }
