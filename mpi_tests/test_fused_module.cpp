@@ -5,22 +5,25 @@
 //       fused-op unit tests' config, dtype, layer and prefill 128 (fused_gpt_oss.hpp), one
 //       iteration between signposts with the profiler on, every device's records gathered and
 //       written as DIR/gpt_oss_block/1xN/prefill_128_random_cache_on/module/
-//       ops_perf_gpt_oss_block.csv (DIR: MESHTEST_REPORT_DIR, see fused_op.hpp). CTest then
-//       compares each unit test's ops_perf_<op>.csv with it by `meshtest-report compare`
-//       (fused_module_compare_<op> in mpi_tests/CMakeLists.txt);
+//       ops_perf_gpt_oss_block.csv (DIR: MESHTEST_REPORT_DIR, see fused_op.hpp); and in decode:
+//       the block over a KV cache (tp_decode.hpp) filled by a prefill of kDecodeContext tokens,
+//       then one token at position kDecodeContext, written under decode_1_random_cache_on.
+//       CTest then compares each unit test's ops_perf_<op>.csv with the report of its mode by
+//       `meshtest-report compare` (fused_module_compare_<op>[_decode] in
+//       mpi_tests/CMakeLists.txt);
 //   FusedModuleCompare.*          the comparison itself: qkv_rope run on device 0's shard with
 //       the module's shapes matches the module's report; with one more token, or another head
 //       count, compare_configs fails naming the field.
-// The module has no decode path (no KV cache: a 1-token block attends to itself only), so the
-// module test runs prefill 128 only; the unit tests' decode_1 reports have no module to match.
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "dist/parallel/tensor_parallel.hpp"
+#include "dist/parallel/tp_decode.hpp"
 #include "dist/perf/gather.hpp"
 #include "dist/testing/fused/fused_op.hpp"
 #include "dist/testing/harness/fixtures.hpp"
@@ -38,6 +41,7 @@
 namespace meshtest::dist {
 namespace {
 
+using fused_test::kDecodeContext;
 using fused_test::kDtype;
 using fused_test::kLayer;
 
@@ -114,12 +118,16 @@ MESHTEST_INSTANTIATE_MESH_SHAPES(FusedModule);
 
 // ---- the module test ------------------------------------------------------------------------
 
-/// The unit tests' parameters the module runs at: prefill 128, random weights, program cache on.
-testing::FusedParams module_params() { return {}; }
+/// The unit tests' parameters the module runs at: prefill 128 or decode 1, random weights,
+/// program cache on.
+testing::FusedParams module_params(testing::FusedMode mode = testing::FusedMode::prefill) {
+  if (mode == testing::FusedMode::decode) return {.mode = mode, .seqlen = 1};
+  return {};
+}
 
 /// The fused-op unit tests' setup on their default mesh (1 x N, or MESHTEST_FUSED_MESH).
-testing::FusedSetup module_setup() {
-  return {.params = module_params(), .mesh = testing::fused_default_mesh()};
+testing::FusedSetup module_setup(testing::FusedMode mode = testing::FusedMode::prefill) {
+  return {.params = module_params(mode), .mesh = testing::fused_default_mesh()};
 }
 
 /// The default mesh of the fused-op unit tests as a mesh device.
@@ -129,19 +137,38 @@ MeshDevice default_mesh() {
 }
 
 /// Collective over `mesh` (1 x N): the TP transformer_block of layer kLayer, fused on, in
-/// kDtype on x [128, hidden]; one warm-up call, then one call between signpost("start") and
-/// ("stop") with the profiler on. Every device's records, gathered on device 0 (empty
-/// elsewhere).
-std::vector<perf::OpRecord> module_records(const MeshDevice& mesh) {
-  const testing::FusedSetup s = module_setup();
+/// kDtype. Prefill: on x [128, hidden]. Decode: over a KV cache filled by the block on
+/// kDecodeContext tokens, on one token at position kDecodeContext (this device's token share
+/// of each, tp_activation_placements). One warm-up call, then one call between
+/// signpost("start") and ("stop") with the profiler on (a decode call rewrites the token's
+/// cache position). Every device's records, gathered on device 0 (empty elsewhere).
+std::vector<perf::OpRecord> module_records(const MeshDevice& mesh,
+                                           testing::FusedMode mode = testing::FusedMode::prefill) {
+  const testing::FusedSetup s = module_setup(mode);
   const GptOssConfig c = fused_test::config(s);
   const BlockWeights full = init_block_weights(c, kLayer, kDtype, RandomInit{s.seed});
-  const BlockWeights shard =
-      shard_block_weights(weight_source(full, kLayer), c, kLayer, tp_rank(mesh));
+  const TpRank tp = tp_rank(mesh);
+  const BlockWeights shard = shard_block_weights(weight_source(full, kLayer), c, kLayer, tp);
   const Tensor x = fused_test::activation(s, {fused_test::tokens(s), c.hidden_size}, 0);
-  const auto block = [&] {
-    return tp_transformer_block(mesh, x, shard, c, kLayer, {}, std::nullopt, {.fused = true});
+  const BlockOptions fused{.fused = true};
+  KvCache cache(fused_test::keys(s), c.num_key_value_heads / tp.size, c.head_dim, kDtype);
+  std::function<Tensor()> block = [&] {
+    return tp_transformer_block(mesh, x, shard, c, kLayer, {}, std::nullopt, fused);
   };
+  if (mode == testing::FusedMode::decode) {
+    const auto mine = [&](const Tensor& full_rows) {
+      return testing::chunk_of(full_rows, tp_activation_placements(),
+                               {mesh.axis_size(0), mesh.axis_size(1)},
+                               {mesh.axis_index(0), mesh.axis_index(1)});
+    };
+    const Tensor context = fused_test::activation(s, {kDecodeContext, c.hidden_size}, 5);
+    const std::vector<CacheSegment> prefill{{.cache = &cache, .first = 0, .rows = kDecodeContext}};
+    (void)tp_transformer_block_cached(mesh, mine(context), shard, c, kLayer, prefill, {}, fused);
+    block = [&, token = mine(x)] {
+      const std::vector<CacheSegment> step{{.cache = &cache, .first = kDecodeContext, .rows = 1}};
+      return tp_transformer_block_cached(mesh, token, shard, c, kLayer, step, {}, fused);
+    };
+  }
   block();  // warm-up: plans built, the measured call hits the program cache
   std::vector<perf::OpRecord> mine;
   {
@@ -155,9 +182,28 @@ std::vector<perf::OpRecord> module_records(const MeshDevice& mesh) {
 }
 
 /// The module report's path (fused_report_dir of op "gpt_oss_block", kind "module").
-std::filesystem::path module_report(testing::MeshShape mesh) {
-  return testing::fused_report_dir("gpt_oss_block", mesh, module_params(), "module") /
+std::filesystem::path module_report(testing::MeshShape mesh,
+                                    testing::FusedMode mode = testing::FusedMode::prefill) {
+  return testing::fused_report_dir("gpt_oss_block", mesh, module_params(mode), "module") /
          "ops_perf_gpt_oss_block.csv";
+}
+
+/// Writes the module's report of `mode` on device 0 and checks that each fused op is in it.
+void write_module_report(testing::FusedMode mode) {
+  const MeshDevice mesh = default_mesh();
+  const std::vector<perf::OpRecord> all = module_records(mesh, mode);
+  if (mesh.device_id() != 0) return;
+  const std::filesystem::path path = module_report(mesh.shape(), mode);
+  testing::write_fused_device_perf(
+      all, "gpt_oss_block", path.parent_path(),
+      fmt::format("module {} mesh {}",
+                  mode == testing::FusedMode::decode ? "decode 1" : "prefill 128", mesh.str()));
+  const perf::OpsReport report = perf::read_ops_csv(path);
+  for (const char* op : {"qkv_rope", "sdpa_sinks", "experts"}) {
+    EXPECT_TRUE(std::any_of(report.records.begin(), report.records.end(),
+                            [&](const perf::OpRecord& r) { return r.op_code == op; }))
+        << op << " is not in the fused module's report " << path;
+  }
 }
 
 class FusedModuleReport : public ::testing::Test {
@@ -166,18 +212,11 @@ class FusedModuleReport : public ::testing::Test {
 };
 
 TEST_F(FusedModuleReport, WritesTheModuleReport) {
-  const MeshDevice mesh = default_mesh();
-  const std::vector<perf::OpRecord> all = module_records(mesh);
-  if (mesh.device_id() != 0) return;
-  const std::filesystem::path path = module_report(mesh.shape());
-  testing::write_fused_device_perf(all, "gpt_oss_block", path.parent_path(),
-                                   fmt::format("module prefill 128 mesh {}", mesh.str()));
-  const perf::OpsReport report = perf::read_ops_csv(path);
-  for (const char* op : {"qkv_rope", "sdpa_sinks", "experts"}) {
-    EXPECT_TRUE(std::any_of(report.records.begin(), report.records.end(),
-                            [&](const perf::OpRecord& r) { return r.op_code == op; }))
-        << op << " is not in the fused module's report " << path;
-  }
+  write_module_report(testing::FusedMode::prefill);
+}
+
+TEST_F(FusedModuleReport, WritesTheDecodeReport) {
+  write_module_report(testing::FusedMode::decode);
 }
 
 // ---- the comparison itself ------------------------------------------------------------------
