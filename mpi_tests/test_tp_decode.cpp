@@ -124,13 +124,15 @@ TEST_P(TpDecode, OnOneDeviceDecodeIsTheSingleDeviceStepBitForBit) {
 TEST_P(TpDecode, BatchDecodeGivesEachSequencesNextRow) {
   // Three sequences prefilled to 1, 4 and 7 tokens, then two batch steps: the rows split over
   // the token axis like a step's; each against its sequence's row, within the error model of
-  // the longest chain of the batch.
+  // the longest chain of the batch. Weights of seed 26: seed 24 has a routing near tie in bf16
+  // (two experts' gate logits closer than bf16 resolves, docs/gpt-oss.md "Precision"), where
+  // the TP sums' order changes one row's experts (error / bound 0.72, PCC 0.991 at TP 2 and 4).
   const GptOssConfig c = config();
   const TpRank tp = tp_rank(mesh());
   const std::vector<std::int64_t> prefill{1, 4, 7};
   for (const DType t : {DType::f32, DType::bf16}) {
     for (const bool fused : {false, true}) {
-      const TransformerWeights full = init_transformer_weights(c, t, RandomInit{24});
+      const TransformerWeights full = init_transformer_weights(c, t, RandomInit{26});
       const TpTransformerWeights w = shard(full);
       std::vector<ModelKvCache> caches;
       for (std::size_t b = 0; b < prefill.size(); ++b) {
