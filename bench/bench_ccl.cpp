@@ -17,6 +17,7 @@
 
 #include "bench/bench_common.hpp"
 #include "bench/ccl_bench.hpp"
+#include "dist/ccl/arena/arena.hpp"
 #include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
@@ -188,7 +189,15 @@ Row measure(const MeshDevice& mesh, CclOp op, std::int64_t bytes, const Options&
   const Layout l = layout_of(op, bytes, o, p);
   const std::int64_t n = l.rows * l.cols;
   const dist::CclCall call = call_of(l, op, o, p);
-  const Tensor x = cc.input(call, me);
+  // With --memory arena the input lies in the node arena (read in place by the shared-memory
+  // path; MPI reads the same buffer).
+  const Tensor x = [&] {
+    Tensor heap = cc.input(call, me);
+    if (!o.arena) return heap;
+    Tensor a(heap.shape(), heap.dtype(), *dist::NodeArena::get());
+    if (heap.nbytes() > 0) std::memcpy(a.bytes(), heap.bytes(), heap.nbytes());
+    return a;
+  }();
   Tensor mpi_out(l.shape(op == CclOp::reduce_scatter ? l.block : l.cols), o.dtype);
   // Each output lives for one iteration, as in a loop body that uses it and moves on.
   auto ours = [&] { (void)cc.run(mesh, x, call); };
@@ -247,23 +256,28 @@ double memcpy_gbps(const MeshDevice& mesh, std::int64_t bytes) {
   std::vector<std::byte> a(static_cast<std::size_t>(bytes), std::byte{1});
   std::vector<std::byte> b(a.size(), std::byte{2});
   const auto copy = [&] { std::memcpy(b.data(), a.data(), a.size()); };
+  for (int w = 0; w < 3; ++w) copy();  // warm: the first copies of a process run slow
   const double est = time_per_call(mesh.comm(), 1, copy);
-  const int per = std::clamp(static_cast<int>(2e-3 / std::max(est, 1e-9)), 1, 100);
+  const int per = std::clamp(static_cast<int>(2e-3 / std::max(est, 1e-9)), 1, 10000);
   double t = 1e30;
   for (int w = 0; w < 5; ++w) t = std::min(t, time_per_call(mesh.comm(), per, copy));
   return static_cast<double>(bytes) / t / 1e9;
 }
 
-/// all_reduce's busbw against memcpy of the same bytes (the shared-memory stretch target).
-void print_memcpy(const std::vector<Row>& rows, const std::vector<double>& gbps) {
+/// The op's busbw against memcpy of the same bytes (the limit of a copy on this node), with
+/// the bytes each device moved through the window or read in place.
+void print_memcpy(CclOp op, const std::vector<Row>& rows, const std::vector<double>& gbps) {
   fmt::print(
-      "# all_reduce busbw / memcpy bandwidth of the same bytes (every rank copying at once); the "
-      "stretch target is >= 0.40 at 4-32 MiB, np 2\n"
-      "#        size   memcpy   busbw  busbw/memcpy\n"
-      "#         (B)   (GB/s)  (GB/s)\n");
+      "# {} busbw / memcpy bandwidth of the same bytes (every rank copying at once); the "
+      "targets: all_reduce and reduce_scatter >= 0.8 from 4 MiB (--memory arena)\n"
+      "#        size   memcpy   busbw  busbw/memcpy      wr/dev      rd/dev\n"
+      "#         (B)   (GB/s)  (GB/s)                       (B)         (B)\n",
+      dist::ccl_case(op).name);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    fmt::print("{:>13} {:>8.2f} {:>7.2f} {:>13.2f}\n", rows[i].bytes, gbps[i], rows[i].busbw,
-               rows[i].busbw / gbps[i]);
+    const Row& r = rows[i];
+    fmt::print("{:>13} {:>8.2f} {:>7.2f} {:>13.2f} {:>11} {:>11}\n", r.bytes, gbps[i], r.busbw,
+               r.busbw / gbps[i], r.counted ? fmt::format("{:.0f}", r.written) : "-",
+               r.counted ? fmt::format("{:.0f}", r.read) : "-");
   }
 }
 
@@ -282,7 +296,7 @@ Device parse_device(const std::string& s) {
 
 /// Parses argv into o; returns 0 to go on, 1 after --help, 2 on bad input (message printed).
 int parse(int argc, char** argv, Options& o) {
-  std::string device = "cpu", b, e, d = "float", redop = "sum", ops = "all";
+  std::string device = "cpu", b, e, d = "float", redop = "sum", ops = "all", memory = "heap";
   po::options_description desc(
       "meshtest-bench ccl: the nccl-tests table (size count type time algbw busbw #wrong) of "
       "meshtest's all_reduce, all_gather, reduce_scatter and all_to_all, each beside the direct "
@@ -317,9 +331,17 @@ int parse(int argc, char** argv, Options& o) {
       "rounds of -n calls per side, timed in alternating windows of at most 2 ms (at least "
       "one call) of meshtest and MPI; each side keeps its best window. --device cuda: every "
       "window is -n calls between two CUDA events")("json", po::value(&o.json),
-                                                    "write the rows to this JSON file (rank 0)");
+                                                    "write the rows to this JSON file (rank 0)")(
+      "memory", po::value(&memory)->default_value(memory),
+      "heap: ordinary tensors; arena: inputs in the node arena, which the shared-memory path "
+      "reads in place (dist/ccl/arena/arena.hpp; --device cpu only)");
   return parse_options("ccl", argc, argv, desc, [&] {
     o.device = parse_device(device);
+    MESHTEST_CHECK(memory == "heap" || memory == "arena", "--memory: '{}' is not heap or arena",
+                   memory);
+    o.arena = memory == "arena";
+    MESHTEST_CHECK(!o.arena || o.device == Device::cpu,
+                   "--memory arena: the node arena holds host tensors (--device cpu)");
     const bool cuda = o.device == Device::cuda;
     if (b.empty()) b = cuda ? "8" : "64K";
     if (e.empty()) e = cuda ? "1G" : "32M";
@@ -363,11 +385,15 @@ int bench_ccl(int argc, char** argv) {
                  human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
                  o.factor);
     }
+    // Room for the largest input and its alignment (--memory arena).
+    if (o.arena) dist::NodeArena::open(static_cast<std::size_t>(o.max_bytes) + (1 << 20));
     // One agreed call makes the shared-memory group when the ranks share a node (shm.hpp).
     (void)dist::all_reduce(mesh, Tensor(Shape{1}, DType::i32));
     const std::string nodes = describe_nodes(mesh.comm());
     const bool one_node = dist::detail::ShmGroup::one_node(mesh.comm());  // every rank calls
     if (root) {
+      fmt::print("# inputs: {}\n", o.arena ? "in the node arena (--memory arena): read in place"
+                                           : "heap tensors (--memory heap)");
       fmt::print("# ranks: {}\n# meshtest's path on the bench's axis (a line of {}): {}\n", nodes,
                  p,
                  dist::detail::ShmGroup::find(mesh.comm()) != nullptr
@@ -399,13 +425,11 @@ int bench_ccl(int argc, char** argv) {
         rows.push_back(measure(mesh, op, bytes, o));
         if (root) print_row(rows.back(), o.dtype), std::fflush(stdout);
         all.push_back(to_json(rows.back(), o, p));
-        if (op == CclOp::all_reduce) {
-          gbps.push_back(memcpy_gbps(mesh, rows.back().bytes));
-          all.back()["memcpy_gbps"] = gbps.back();
-        }
+        gbps.push_back(memcpy_gbps(mesh, rows.back().bytes));
+        all.back()["memcpy_gbps"] = gbps.back();
       }
       if (root) print_model(op, p, rows);
-      if (root && op == CclOp::all_reduce) print_memcpy(rows, gbps);
+      if (root) print_memcpy(op, rows, gbps);
     }
     if (root && !o.json.empty()) write_json(o.json, all);
     std::int64_t wrong = 0;

@@ -38,6 +38,8 @@ struct Options {
   ReduceOp redop = ReduceOp::sum;
   std::vector<CclOp> ops;
   std::string json;
+  /// --memory arena: the inputs lie in the node arena (dist/ccl/arena), read in place.
+  bool arena = false;
 };
 
 /// The layout of one size: every tensor is [rows, cols] (1-D [cols] along dim 0); the op

@@ -24,7 +24,8 @@ void print_header(const Options& o, CclOp op, int p) {
       "alternating windows of <= 2 ms; time = best window's average (max over ranks)\n"
       "# ratio = meshtest busbw / MPI busbw = MPI time / meshtest time (1.00 = as fast as MPI)\n"
       "# per call and device (the busiest), from the shared-memory path's own accounting: steps "
-      "(agreement included), bytes written into the window and read from other devices' slots; "
+      "(agreement included), bytes written into the window and read from other devices' slots "
+      "(or, with --memory arena, their inputs in place); "
       "min = the ring minimum each way, bus_factor(p)·S; touch = max(wr, rd) / min\n"
       "#{:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7}   {:>10} {:>8} {:>6}   {:>6} {:>11} {:>11} "
       "{:>11} {:>5}\n"
@@ -94,6 +95,7 @@ nlohmann::json to_json(const Row& r, const Options& o, int p) {
           {"dtype", dtype_name(o.dtype)},
           {"np", p},
           {"dim", o.dim},
+          {"memory", o.arena ? "arena" : "heap"},
           {"time_us", r.time_us},
           {"algbw", r.algbw},
           {"busbw", r.busbw},

@@ -133,5 +133,47 @@ TEST(Tensor, ZeroFilledEvenOverReusedMemory) {
   }
 }
 
+/// A MemoryResource that counts its live bytes (a stand-in for the node arena).
+class CountingResource : public MemoryResource {
+ public:
+  void* allocate(std::size_t bytes) override {
+    live += bytes;
+    return ::operator new (bytes, std::align_val_t{64});
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    live -= bytes;
+    ::operator delete (p, std::align_val_t{64});
+  }
+  std::size_t live = 0;
+};
+
+TEST(Tensor, AResourceHoldsItsBytesAndMovesKeepThem) {
+  CountingResource r;
+  {
+    Tensor t(Shape{4, 3}, DType::f32, r);
+    EXPECT_EQ(t.resource(), &r);
+    EXPECT_EQ(r.live, 48U);
+    EXPECT_EQ(t.item(5), 0.0) << "zero-filled";
+    t.fill(2);
+    const Tensor copy = t;  // a copy is an ordinary heap tensor
+    EXPECT_EQ(copy.resource(), nullptr);
+    EXPECT_TRUE(copy.bitwise_equal(t));
+    EXPECT_EQ(t.slice(0, 1, 2).resource(), nullptr);
+    Tensor moved = std::move(t);  // a move keeps the bytes where they are
+    EXPECT_EQ(moved.resource(), &r);
+    EXPECT_EQ(r.live, 48U);
+    Tensor assigned(Shape{2}, DType::f32);
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned.resource(), &r);
+    EXPECT_EQ(assigned.item(11), 2.0);
+    Tensor target(Shape{4, 3}, DType::f32, r);
+    target = copy;  // copy-assigning keeps the target's resource
+    EXPECT_EQ(target.resource(), &r);
+    EXPECT_TRUE(target.bitwise_equal(copy));
+    EXPECT_EQ(r.live, 96U);
+  }
+  EXPECT_EQ(r.live, 0U) << "every byte went back to the resource";
+}
+
 }  // namespace
 }  // namespace meshtest

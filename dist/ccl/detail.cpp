@@ -1,23 +1,29 @@
 // The common work of every collective: checks, metadata agreement, MPI datatype and op maps.
 #include "dist/ccl/detail.hpp"
 
-#include "dist/ccl/group_calls.hpp"
-
-#include "dist/ccl/paths/shm/shm.hpp"
-#include "dist/ccl/private_comm.hpp"
-
 #include <fmt/format.h>
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <climits>
 #include <map>
 
+#include "dist/ccl/arena/arena.hpp"
+#include "dist/ccl/group_calls.hpp"
+#include "dist/ccl/paths/shm/shm.hpp"
+#include "dist/ccl/private_comm.hpp"
+
 namespace meshtest::dist {
 
 namespace detail {
 namespace {
+
+/// Where x lies in this device's segment of the node arena (arena.hpp), or kNoHandle.
+std::uint64_t arena_handle(const CclArg& x) {
+  const NodeArena* arena = NodeArena::get();
+  if (arena == nullptr || !x.where.is_host() || x.empty()) return ShmWindow::kNoHandle;
+  return arena->offset_of(x.data, x.nbytes()).value_or(ShmWindow::kNoHandle);
+}
 
 std::string axis_name(int axis) { return axis == kAllAxes ? "all" : std::to_string(axis); }
 
@@ -189,7 +195,9 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
     const std::uint64_t h = sig.hash() ^ (seq_ * 0x9E3779B97F4A7C15ULL);
     shm_ = ShmGroup::find(comm_);
     if (shm_ != nullptr) {
-      same = shm_->agree(h, error_.has_value());  // one shared-memory step
+      // One shared-memory step, which also tells every device where the others' inputs lie
+      // when they are in the node arena (read in place: ShmGroup::arena_inputs).
+      same = shm_->agree(h, error_.has_value(), arena_handle(x_));
     } else {
       std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
                                     error_ ? 1 : 0};

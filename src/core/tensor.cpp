@@ -23,6 +23,12 @@ Tensor::Tensor(Shape shape, DType dtype, Uninitialized) : shape_(shape), dtype_(
   data_.resize(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
 }
 
+Tensor::Tensor(Shape shape, DType dtype, MemoryResource& where)
+    : shape_(shape),
+      dtype_(dtype),
+      data_(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype), std::byte{0},
+            DefaultInitAllocator<std::byte>(&where)) {}
+
 Tensor Tensor::from_bytes(Shape shape, DType dtype, std::span<const std::byte> src) {
   Tensor t(shape, dtype);
   MESHTEST_CHECK(src.size() == t.nbytes(), "Tensor::from_bytes: {}{} needs {} bytes, got {}", dtype,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,13 +19,41 @@ namespace meshtest {
 template <class T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// std::allocator that default-initializes (leaves bytes as they are) instead of zeroing.
+/// Memory a tensor's bytes may come from instead of the heap (e.g. a node's shared arena that
+/// the collectives read in place, dist/ccl/arena.hpp). allocate() returns `bytes` bytes aligned
+/// to 64, or throws Error when it has no room.
+class MemoryResource {
+ public:
+  virtual ~MemoryResource() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+};
+
+/// The allocator of a tensor's bytes: the heap (std::allocator), or a MemoryResource. It
+/// default-initializes (leaves bytes as they are) instead of zeroing. Moves carry the resource;
+/// copies go to the heap (a copy of a tensor in an arena is an ordinary tensor).
 template <class T>
-struct DefaultInitAllocator : std::allocator<T> {
+struct DefaultInitAllocator {
+  using value_type = T;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using propagate_on_container_copy_assignment = std::false_type;
+  using is_always_equal = std::false_type;
+
+  DefaultInitAllocator() = default;
+  explicit DefaultInitAllocator(MemoryResource* r) : resource(r) {}
   template <class U>
-  struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
+  DefaultInitAllocator(const DefaultInitAllocator<U>& o) : resource(o.resource) {}  // NOLINT
+
+  T* allocate(std::size_t n) {
+    if (resource == nullptr) return std::allocator<T>{}.allocate(n);
+    return static_cast<T*>(resource->allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (resource == nullptr) return std::allocator<T>{}.deallocate(p, n);
+    resource->deallocate(p, n * sizeof(T));
+  }
+  DefaultInitAllocator select_on_container_copy_construction() const { return {}; }
   template <class U>
   void construct(U* p) {
     ::new (static_cast<void*>(p)) U;
@@ -33,6 +62,12 @@ struct DefaultInitAllocator : std::allocator<T> {
   void construct(U* p, Args&&... args) {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
+  template <class U>
+  bool operator==(const DefaultInitAllocator<U>& o) const {
+    return resource == o.resource;
+  }
+
+  MemoryResource* resource = nullptr;  ///< null: the heap
 };
 
 /// Owning, contiguous, row-major tensor. Copies are deep; moves are cheap.
@@ -47,6 +82,9 @@ class Tensor {
   /// Tensor of the given shape and dtype with unspecified elements (outputs that an op writes
   /// completely, e.g. a collective's receive buffer).
   Tensor(Shape shape, DType dtype, Uninitialized);
+  /// Zero-filled tensor whose bytes come from `where` (moves keep them there; copies, slices
+  /// and ops' results are ordinary heap tensors). Throws as where.allocate() does.
+  Tensor(Shape shape, DType dtype, MemoryResource& where);
 
   template <class T>
   static Tensor from_vector(Shape shape, const std::vector<T>& values) {
@@ -66,6 +104,8 @@ class Tensor {
   std::int64_t numel() const { return shape_.numel(); }
   std::size_t nbytes() const { return data_.size(); }
   bool empty() const { return numel() == 0; }
+  /// The resource the bytes came from, or nullptr for the heap.
+  MemoryResource* resource() const { return data_.get_allocator().resource; }
 
   std::byte* bytes() { return data_.data(); }
   const std::byte* bytes() const { return data_.data(); }

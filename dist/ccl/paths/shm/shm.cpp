@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "dist/ccl/arena/arena.hpp"
 #include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/reduce.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -23,6 +24,20 @@ EstablishedWindow* established(MPI_Comm comm) {
   return CommAttribute<EstablishedWindow>::find(comm);
 }
 
+/// all_reduce's chunks of `per` elements of n (the last one shorter), each split into p parts
+/// by the array_split rule: part(g, j) is part j of chunk g, offset in the chunk; at(g, r) the
+/// byte offset of range r of chunk g in the vector.
+struct Chunks {
+  std::int64_t n, per;
+  int p;
+  std::size_t e;
+  std::int64_t count() const { return (n + per - 1) / per; }
+  Range part(std::int64_t g, int j) const { return split_range(std::min(per, n - g * per), p, j); }
+  std::size_t at(std::int64_t g, const Range& r) const {
+    return static_cast<std::size_t>(g * per + r.start) * e;
+  }
+};
+
 }  // namespace
 
 ShmGroup* ShmGroup::find(MPI_Comm comm) {
@@ -40,6 +55,103 @@ void ShmGroup::establish(MPI_Comm comm) {
 
 ShmGroup::ShmGroup(MPI_Comm node) : ShmWindow(node) {
   terms_.resize(static_cast<std::size_t>(size_));
+  world_.resize(static_cast<std::size_t>(size_));
+  int rank = 0;
+  MESHTEST_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MESHTEST_MPI(MPI_Allgather(&rank, 1, MPI_INT, world_.data(), 1, MPI_INT, node));
+}
+
+std::vector<const std::byte*> ShmGroup::arena_inputs() const {
+  const NodeArena* arena = NodeArena::get();
+  std::vector<const std::byte*> at;
+  if (arena == nullptr) return at;
+  for (std::size_t j = 0; j < handles_.size(); ++j) {
+    const std::byte* b = handles_[j] == kNoHandle ? nullptr : arena->at(world_[j], handles_[j]);
+    if (b == nullptr) return {};
+    at.push_back(b);
+  }
+  return at;
+}
+
+void ShmGroup::arena_all_gather(const std::vector<const std::byte*>& peers,
+                                const BlockLayout& layout, std::byte* out, std::size_t piece) {
+  step([](std::size_t) {},
+       [&](std::size_t) {
+         for (int j = 0; j < size_; ++j) {
+           layout.unpack_range(peers[static_cast<std::size_t>(j)], static_cast<std::size_t>(j), 0,
+                               piece, out);
+           if (j != index_) read_ += piece;
+         }
+       });
+  finish();
+}
+
+void ShmGroup::arena_reduce_scatter(const std::vector<const std::byte*>& peers, std::byte* out,
+                                    std::int64_t n, DType t, ReduceOp op) {
+  const std::size_t block = static_cast<std::size_t>(n) * dtype_size(t);
+  for (int j = 0; j < size_; ++j) {
+    terms_[static_cast<std::size_t>(j)] =
+        peers[static_cast<std::size_t>(j)] + static_cast<std::size_t>(index_) * block;
+  }
+  step([](std::size_t) {},
+       [&](std::size_t) {
+         reduce(out, terms_, n, t, op);
+         read_ += static_cast<std::uint64_t>(size_ - 1) * block;
+       });
+  finish();
+}
+
+void ShmGroup::arena_all_to_all(const std::vector<const std::byte*>& peers, const BlockLayout& recv,
+                                std::byte* out, std::size_t block) {
+  if (block == 0) return;  // empty tensors: no step on any device
+  const std::size_t me = static_cast<std::size_t>(index_) * block;
+  step([](std::size_t) {},
+       [&](std::size_t) {
+         for (int j = 0; j < size_; ++j) {
+           recv.unpack_range(peers[static_cast<std::size_t>(j)] + me, static_cast<std::size_t>(j),
+                             0, block, out);
+           if (j != index_) read_ += block;
+         }
+       });
+  finish();
+}
+
+void ShmGroup::arena_all_reduce(const std::vector<const std::byte*>& peers, std::byte* out,
+                                std::int64_t n, DType t, ReduceOp op) {
+  // Chunk g (elements [g*per, g*per + len)) is split by the array_split rule; device j reduces
+  // part j, reading it from every input in place, into its out. Step g publishes the reduced
+  // part of chunk g-1 in the slot, reduces part `index` of chunk g and copies the others'
+  // parts of chunk g-1 from their slots: chunks + 1 steps. When out is this device's input,
+  // step g overwrites the others' parts of chunk g-1 only after every device has finished step
+  // g-1, the last that reads them.
+  const std::size_t e = dtype_size(t);
+  // A part fits the slot.
+  const Chunks c{.n = n, .per = static_cast<std::int64_t>(chunk_ / e) * size_, .p = size_, .e = e};
+  const std::int64_t chunks = c.count();
+  const auto part = [&](std::int64_t g, int j) { return c.part(g, j); };
+  const auto at = [&](std::int64_t g, const Range& r) { return c.at(g, r); };
+  for (std::int64_t g = 0; g <= chunks; ++g) {
+    step(
+        [&](std::size_t s) {
+          if (g > 0) {
+            const Range r = part(g - 1, index_);
+            put(s, 0, out + at(g - 1, r), static_cast<std::size_t>(r.size) * e);
+          }
+        },
+        [&](std::size_t s) {
+          if (g < chunks) {
+            const Range r = part(g, index_);
+            for (int j = 0; j < size_; ++j)
+              terms_[static_cast<std::size_t>(j)] = peers[static_cast<std::size_t>(j)] + at(g, r);
+            reduce(out + at(g, r), terms_, r.size, t, op);
+            read_ += static_cast<std::uint64_t>(size_ - 1) * static_cast<std::uint64_t>(r.size) * e;
+          }
+          for (int j = 0; g > 0 && j < size_; ++j) {
+            const Range r = part(g - 1, j);
+            if (j != index_) get(out + at(g - 1, r), j, s, 0, static_cast<std::size_t>(r.size) * e);
+          }
+        });
+  }
 }
 
 void ShmGroup::all_reduce(const std::byte* in, std::byte* out, std::int64_t n, DType t,
@@ -50,14 +162,11 @@ void ShmGroup::all_reduce(const std::byte* in, std::byte* out, std::int64_t n, D
   // gathers the reduced parts of chunk g-1: chunks + 1 steps.
   const std::size_t e = dtype_size(t);
   const std::size_t half = kChunk / 2;
-  const auto per = static_cast<std::int64_t>(std::min(chunk_, half) / e);
-  const std::int64_t chunks = (n + per - 1) / per;
-  const auto part = [&](std::int64_t g, int j) {  // part j of chunk g, offset in the chunk
-    return split_range(std::min(per, n - g * per), size_, j);
-  };
-  const auto at = [&](std::int64_t g, const Range& r) {
-    return static_cast<std::size_t>(g * per + r.start) * e;
-  };
+  const Chunks c{
+      .n = n, .per = static_cast<std::int64_t>(std::min(chunk_, half) / e), .p = size_, .e = e};
+  const std::int64_t chunks = c.count();
+  const auto part = [&](std::int64_t g, int j) { return c.part(g, j); };
+  const auto at = [&](std::int64_t g, const Range& r) { return c.at(g, r); };
   for (std::int64_t g = 0; g <= chunks; ++g) {
     step(
         [&](std::size_t s) {

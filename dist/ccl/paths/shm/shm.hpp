@@ -78,6 +78,32 @@ class ShmGroup : public ShmWindow {
   /// blocks end to end.
   void reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, DType t, ReduceOp op);
 
+  /// In place (arena.hpp): where every device's input of the call just agreed lies in this
+  /// process, when every one lies in the node arena; empty otherwise (the same on every
+  /// device: the handles come from the agreement step).
+  std::vector<const std::byte*> arena_inputs() const;
+  /// The collectives above, reading each device's input where it lies (`peers`, from
+  /// arena_inputs()) instead of through the slots: one pass over the bytes. Each starts with a
+  /// step (every device has arrived, so every input is ready) and ends when every device has
+  /// read what it needs from this device's input (the caller may then write it). The sums are
+  /// detail::reduce's, in axis order, as above: the same bits.
+  ///   arena_all_gather: every device's `piece` bytes placed as block j of `layout` in out;
+  ///   arena_reduce_scatter: out = block index() (n elements) of the reduction of the peers'
+  ///     inputs, each p such blocks end to end;
+  ///   arena_all_to_all: block index() of device j's input (`block` bytes, contiguous blocks
+  ///     end to end) becomes block j of `recv` over out;
+  ///   arena_all_reduce: out = the reduction of the peers' n-element inputs (out may be this
+  ///     device's input): device i reduces part i of each chunk from the inputs in place, and
+  ///     the reduced parts reach the others through the slots, a chunk behind.
+  void arena_all_gather(const std::vector<const std::byte*>& peers, const BlockLayout& layout,
+                        std::byte* out, std::size_t piece);
+  void arena_reduce_scatter(const std::vector<const std::byte*>& peers, std::byte* out,
+                            std::int64_t n, DType t, ReduceOp op);
+  void arena_all_to_all(const std::vector<const std::byte*>& peers, const BlockLayout& recv,
+                        std::byte* out, std::size_t block);
+  void arena_all_reduce(const std::vector<const std::byte*>& peers, std::byte* out, std::int64_t n,
+                        DType t, ReduceOp op);
+
   /// The two halves of the node chain's all_reduce (node_chain.hpp) on this node. The n
   /// elements go in chunks of `per` (the last one shorter); chunk g is split into size() parts
   /// by the array_split rule and device j owns part j of every chunk. `per` elements of t must
@@ -112,6 +138,7 @@ class ShmGroup : public ShmWindow {
                     std::size_t n, DType t, ReduceOp op, const Stage* stage = nullptr);
 
   std::vector<const std::byte*> terms_;  // reduce()'s p inputs
+  std::vector<int> world_;               // every device's rank in MPI_COMM_WORLD
   std::vector<std::byte> scratch_;       // a strided own block on its way from in to out
 };
 

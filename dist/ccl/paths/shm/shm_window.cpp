@@ -156,6 +156,7 @@ ShmWindow::ShmWindow(MPI_Comm node) : node_(node) {
   // than the cache it saves: bench ccl at np 8 and 16, docs/ccl-bench.md).
   const bool whole = yield_ || size_ >= kManyDevices;
   chunk_ = agreed[1] > 0 ? static_cast<std::size_t>(agreed[1]) : whole ? kChunk : kChunk / 4;
+  handles_.assign(static_cast<std::size_t>(size_), kNoHandle);
   MESHTEST_MPI(MPI_Barrier(node_));  // every counter is zero before anyone steps
 }
 
@@ -164,18 +165,19 @@ ShmWindow::~ShmWindow() {
   MPI_Comm_free(&node_);
 }
 
-bool ShmWindow::agree(std::uint64_t hash, bool error) {
+bool ShmWindow::agree(std::uint64_t hash, bool error, std::uint64_t handle) {
   bool same = true;
   step(
       [&](std::size_t s) {
-        const std::uint64_t v[2] = {hash, error ? 1U : 0U};
+        const std::uint64_t v[3] = {hash, error ? 1U : 0U, handle};
         std::memcpy(header(index_, s), v, sizeof v);
       },
       [&](std::size_t s) {
         for (int j = 0; j < size_; ++j) {
-          std::uint64_t v[2];
+          std::uint64_t v[3];
           std::memcpy(v, header(j, s), sizeof v);
           same = same && v[0] == hash && v[1] == 0;
+          handles_[static_cast<std::size_t>(j)] = v[2];
         }
       });
   return same;

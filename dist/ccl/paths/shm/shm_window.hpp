@@ -87,8 +87,14 @@ class ShmWindow {
   int size() const { return size_; }
   int index() const { return index_; }
 
-  /// One step: true when every device passed the same hash and no device an error.
-  bool agree(std::uint64_t hash, bool error);
+  /// No input in the node arena (agree()'s handle).
+  static constexpr std::uint64_t kNoHandle = ~std::uint64_t{0};
+  /// One step: true when every device passed the same hash and no device an error. Each
+  /// device also passes its input's offset in its segment of the node arena (arena.hpp), or
+  /// kNoHandle, and every device keeps every device's (handles()) until the next agreement.
+  bool agree(std::uint64_t hash, bool error, std::uint64_t handle = kNoHandle);
+  /// Every device's input handle of the last agreement (kNoHandle for all before the first).
+  const std::vector<std::uint64_t>& handles() const { return handles_; }
 
  protected:
   /// Collective over `comm`: comm's devices (in comm's order) as a node communicator for a
@@ -109,11 +115,15 @@ class ShmWindow {
   /// Copies from device j's slot s at `at`, counted as read unless j is this device.
   void get(std::byte* to, int j, std::size_t s, std::size_t at, std::size_t len);
   std::byte* slot(int device, std::size_t slot) const;
+  /// Waits until every device has completed this device's last step (its read included): after
+  /// it, no device reads what this device's step exposed (its slots, or its input in place).
+  void finish() const { wait_all(kDone, steps_); }
 
   int size_ = 1;
   int index_ = 0;
   std::size_t chunk_ = kChunk;
   std::uint64_t written_ = 0, read_ = 0;
+  std::vector<std::uint64_t> handles_;  // every device's, from the last agree()
 
  private:
   // A device's segment: the two step counters on their own cache lines, one kLine header per
