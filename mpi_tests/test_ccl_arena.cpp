@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "dist/ccl/arena/arena.hpp"
 #include "dist/ccl/ccl.hpp"
+#include "dist/ccl/copy.hpp"
 #include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/testing/harness/fixtures.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
@@ -150,6 +152,26 @@ TEST_P(CclArena, EveryCclInPlaceEqualsTheWindowPath) {
   }
 }
 
+TEST_P(CclArena, LargeOutputsAreWrittenStreamingAndStayExact) {
+  // Outputs of kStreamOutput bytes and more are written with streaming stores (copy.hpp): an
+  // odd element count, so the copies have unaligned heads and tails.
+  arena();
+  const int p = mesh().size(), me = mesh().device_id();
+  const std::int64_t n = static_cast<std::int64_t>(detail::kStreamOutput / 4) + 7 * p + 3;
+  const Tensor flat = random_input(Shape{n}, DType::f32, me, 8);
+  expect_same(
+      mesh(), kAllAxes, "all_reduce", flat, [&](const Tensor& x) { return all_reduce(mesh(), x); },
+      static_cast<std::uint64_t>(n) * 4);
+  const Tensor piece = random_input(Shape{n / p}, DType::f32, me, 9);
+  expect_same(mesh(), kAllAxes, "all_gather", piece,
+              [&](const Tensor& x) { return all_gather(mesh(), x); });
+  const Tensor blocks = random_input(Shape{p * (n / p)}, DType::f32, me, 10);
+  expect_same(
+      mesh(), kAllAxes, "all_to_all", blocks,
+      [&](const Tensor& x) { return all_to_all(mesh(), x, {.split_dim = 0, .concat_dim = 0}); }, 0,
+      blocks.nbytes() / static_cast<std::size_t>(p));
+}
+
 TEST_P(CclArena, StridedInputsTakeTheSlotsAndStayRight) {
   // reduce_scatter along dim 1 packs its input first, all_to_all split along dim 1 reads
   // strided blocks: both go through the slots, on every device alike, with arena inputs too.
@@ -194,6 +216,28 @@ TEST_P(CclArena, DisagreementOnArenaInputsGivesTheFullErrorAndStaysInStep) {
 }
 
 MESHTEST_INSTANTIATE_MESH_SHAPES(CclArena);
+
+TEST(CclCopy, StreamingAndPiecewiseCopiesEqualMemcpy) {
+  // Every head alignment, lengths around the vector loop's edges, and the 1-63 byte gaps
+  // modulo a page that copy_bytes copies in pieces.
+  std::vector<std::byte> src(3 << 20), dst(src.size() + 8192), want(dst.size());
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
+  for (const std::size_t len : {0UL, 1UL, 63UL, 255UL, 256UL, 257UL, 4096UL, 100000UL, 2UL << 20}) {
+    for (const std::size_t off : {0UL, 1UL, 15UL, 16UL, 17UL, 48UL, 4095UL}) {
+      std::fill(dst.begin(), dst.end(), std::byte{0});
+      std::fill(want.begin(), want.end(), std::byte{0});
+      std::memcpy(want.data() + off, src.data() + 3, len);
+      detail::copy_streaming(dst.data() + off, src.data() + 3, len);
+      EXPECT_EQ(dst, want) << "copy_streaming of " << len << " bytes at offset " << off;
+      std::fill(dst.begin(), dst.end(), std::byte{0});
+      detail::copy_bytes(dst.data() + off, src.data() + 3, len);
+      EXPECT_EQ(dst, want) << "copy_bytes of " << len << " bytes at offset " << off;
+    }
+  }
+  std::fill(dst.begin(), dst.end(), std::byte{0});
+  detail::copy_in_pieces(dst.data() + 16, src.data(), 300000);
+  EXPECT_EQ(std::memcmp(dst.data() + 16, src.data(), 300000), 0);
+}
 
 TEST(NodeArenaAllocator, HolesMergeAndAFullArenaIsNamed) {
   NodeArena& a = arena();

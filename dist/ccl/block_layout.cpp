@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dist/ccl/copy.hpp"
+
 namespace meshtest::dist::detail {
 
 DimView dim_view(const Shape& s, DType t, int d) {
@@ -26,14 +28,18 @@ BlockLayout::BlockLayout(const Shape& s, DType t, int d, std::vector<std::int64_
 
 template <bool kToPacked>
 void BlockLayout::copy_range(std::byte* packed, std::byte* tensor, std::size_t j, std::size_t off,
-                             std::size_t len) const {
+                             std::size_t len, bool stream) const {
   const std::size_t run = static_cast<std::size_t>(sizes[j]) * view.inner_bytes;
   if (len == 0 || run == 0) return;
   std::size_t o = off / run, c = off % run;  // outer row and byte within the block's run
   while (len > 0) {
     const std::size_t n = std::min(len, run - c);
     std::byte* at = tensor + o * row_ + starts_[j] + c;
-    kToPacked ? std::memcpy(packed, at, n) : std::memcpy(at, packed, n);
+    if (kToPacked) {
+      copy_bytes(packed, at, n);
+    } else {
+      stream ? copy_streaming(at, packed, n) : copy_bytes(at, packed, n);
+    }
     packed += n;
     len -= n;
     ++o;
@@ -43,12 +49,12 @@ void BlockLayout::copy_range(std::byte* packed, std::byte* tensor, std::size_t j
 
 void BlockLayout::pack_range(const std::byte* tensor, std::size_t j, std::size_t off,
                              std::size_t len, std::byte* to) const {
-  copy_range<true>(to, const_cast<std::byte*>(tensor), j, off, len);  // reads the tensor only
+  copy_range<true>(to, const_cast<std::byte*>(tensor), j, off, len, false);  // reads the tensor
 }
 
 void BlockLayout::unpack_range(const std::byte* from, std::size_t j, std::size_t off,
-                               std::size_t len, std::byte* tensor) const {
-  copy_range<false>(const_cast<std::byte*>(from), tensor, j, off, len);  // reads `from` only
+                               std::size_t len, std::byte* tensor, bool stream) const {
+  copy_range<false>(const_cast<std::byte*>(from), tensor, j, off, len, stream);  // reads `from`
 }
 
 namespace {

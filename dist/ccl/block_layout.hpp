@@ -43,9 +43,10 @@ struct BlockLayout {
   /// copied from the tensor to `to`.
   void pack_range(const std::byte* tensor, std::size_t j, std::size_t off, std::size_t len,
                   std::byte* to) const;
-  /// The inverse: `from` holds bytes [off, off + len) of packed block j; they go to the tensor.
+  /// The inverse: `from` holds bytes [off, off + len) of packed block j; they go to the tensor
+  /// (with streaming stores when `stream`: dist/ccl/copy.hpp).
   void unpack_range(const std::byte* from, std::size_t j, std::size_t off, std::size_t len,
-                    std::byte* tensor) const;
+                    std::byte* tensor, bool stream = false) const;
 
   DimView view;
   std::vector<std::int64_t> sizes;
@@ -53,7 +54,7 @@ struct BlockLayout {
  private:
   template <bool kToPacked>
   void copy_range(std::byte* packed, std::byte* tensor, std::size_t j, std::size_t off,
-                  std::size_t len) const;
+                  std::size_t len, bool stream) const;
   std::vector<std::size_t> starts_;  // byte offset of block j within a row
   std::size_t row_ = 0;              // bytes of one outer row: n * inner
 };

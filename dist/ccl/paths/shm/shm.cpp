@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "dist/ccl/arena/arena.hpp"
+#include "dist/ccl/copy.hpp"
 #include "dist/ccl/private_comm.hpp"
 #include "dist/ccl/reduce.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -75,11 +76,12 @@ std::vector<const std::byte*> ShmGroup::arena_inputs() const {
 
 void ShmGroup::arena_all_gather(const std::vector<const std::byte*>& peers,
                                 const BlockLayout& layout, std::byte* out, std::size_t piece) {
+  const bool stream = piece * static_cast<std::size_t>(size_) >= kStreamOutput;
   step([](std::size_t) {},
        [&](std::size_t) {
          for (int j = 0; j < size_; ++j) {
            layout.unpack_range(peers[static_cast<std::size_t>(j)], static_cast<std::size_t>(j), 0,
-                               piece, out);
+                               piece, out, stream);
            if (j != index_) read_ += piece;
          }
        });
@@ -105,11 +107,12 @@ void ShmGroup::arena_all_to_all(const std::vector<const std::byte*>& peers, cons
                                 std::byte* out, std::size_t block) {
   if (block == 0) return;  // empty tensors: no step on any device
   const std::size_t me = static_cast<std::size_t>(index_) * block;
+  const bool stream = block * static_cast<std::size_t>(size_) >= kStreamOutput;
   step([](std::size_t) {},
        [&](std::size_t) {
          for (int j = 0; j < size_; ++j) {
            recv.unpack_range(peers[static_cast<std::size_t>(j)] + me, static_cast<std::size_t>(j),
-                             0, block, out);
+                             0, block, out, stream);
            if (j != index_) read_ += block;
          }
        });

@@ -12,6 +12,8 @@
 #include <new>
 #include <vector>
 
+#include "dist/ccl/copy.hpp"
+
 namespace meshtest::dist::detail {
 
 /// A communicator's devices, all on one node, exchanging through one MPI-3 shared window
@@ -189,12 +191,12 @@ void ShmWindow::step(const Write& write, const Read& read) {
 }
 
 inline void ShmWindow::put(std::size_t s, std::size_t at, const std::byte* from, std::size_t len) {
-  std::memcpy(slot(index_, s) + at, from, len);
+  copy_bytes(slot(index_, s) + at, from, len);
   written_ += len;
 }
 
 inline void ShmWindow::get(std::byte* to, int j, std::size_t s, std::size_t at, std::size_t len) {
-  std::memcpy(to, slot(j, s) + at, len);
+  copy_bytes(to, slot(j, s) + at, len);
   if (j != index_) read_ += len;
 }
 
