@@ -1,6 +1,8 @@
 // Tensor storage, slicing, concat and the array_split split.
 #include "src/core/tensor.hpp"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "src/core/slice_bytes.hpp"
@@ -12,6 +14,21 @@ DType dtype_from_name(std::string_view name) {
     if (dtype_name(t) == name) return t;
   }
   fail("unknown dtype '{}' (expected one of f32, f64, bf16, f16, i32, i64, u8)", name);
+}
+
+namespace {
+std::atomic<MemoryResource*>& default_resource() {
+  static std::atomic<MemoryResource*> r{nullptr};
+  return r;
+}
+}  // namespace
+
+MemoryResource* default_memory_resource() {
+  return default_resource().load(std::memory_order_relaxed);
+}
+
+void set_default_memory_resource(MemoryResource* r) {
+  default_resource().store(r, std::memory_order_relaxed);
 }
 
 Tensor::Tensor(Shape shape, DType dtype)

@@ -29,9 +29,15 @@ class MemoryResource {
   virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
 };
 
+/// The resource of tensors that name none: nullptr (the heap) unless a program sets one, e.g.
+/// the MPI test harness under MESHTEST_CCL_ARENA (dist/ccl/arena/arena.hpp). Process-wide.
+MemoryResource* default_memory_resource();
+void set_default_memory_resource(MemoryResource* r);
+
 /// The allocator of a tensor's bytes: the heap (std::allocator), or a MemoryResource. It
 /// default-initializes (leaves bytes as they are) instead of zeroing. Moves carry the resource;
-/// copies go to the heap (a copy of a tensor in an arena is an ordinary tensor).
+/// copies go to the default resource (the heap unless a program set one): a copy of a tensor
+/// in an arena is an ordinary tensor.
 template <class T>
 struct DefaultInitAllocator {
   using value_type = T;
@@ -40,7 +46,7 @@ struct DefaultInitAllocator {
   using propagate_on_container_copy_assignment = std::false_type;
   using is_always_equal = std::false_type;
 
-  DefaultInitAllocator() = default;
+  DefaultInitAllocator() : resource(default_memory_resource()) {}
   explicit DefaultInitAllocator(MemoryResource* r) : resource(r) {}
   template <class U>
   DefaultInitAllocator(const DefaultInitAllocator<U>& o) : resource(o.resource) {}  // NOLINT
@@ -67,7 +73,7 @@ struct DefaultInitAllocator {
     return resource == o.resource;
   }
 
-  MemoryResource* resource = nullptr;  ///< null: the heap
+  MemoryResource* resource;  ///< null: the heap
 };
 
 /// Owning, contiguous, row-major tensor. Copies are deep; moves are cheap.

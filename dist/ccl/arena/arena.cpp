@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <new>
 #include <string_view>
 
 #include "dist/ccl/private_comm.hpp"
@@ -36,7 +37,47 @@ long long shm_free_bytes() {
   return static_cast<long long>(s.f_bavail) * static_cast<long long>(s.f_frsize);
 }
 
+/// The default resource of use_for_all_tensors: the open arena while it has room, else the
+/// heap. It outlives the arena (tensors keep a pointer to it), so it remembers the segment it
+/// allocated from: a tensor freed after close() leaves nothing to free.
+class ArenaOrHeap final : public MemoryResource {
+ public:
+  void* allocate(std::size_t bytes) override {
+    if (NodeArena* a = NodeArena::get()) {
+      if (void* p = a->try_allocate(bytes)) return p;
+    }
+    return ::operator new (bytes, std::align_val_t{kAlign});
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    NodeArena* a = NodeArena::get();
+    if (a != nullptr && a->offset_of(p, 1).has_value()) return a->deallocate(p, bytes);
+    const auto* b = static_cast<const std::byte*>(p);
+    if (b >= lo_ && b < hi_) return;  // in an arena closed since
+    ::operator delete (p, std::align_val_t{kAlign});
+  }
+  void remember(const std::byte* lo, std::size_t bytes) {
+    lo_ = lo;
+    hi_ = lo + bytes;
+  }
+
+ private:
+  const std::byte* lo_ = nullptr;
+  const std::byte* hi_ = nullptr;
+};
+
+ArenaOrHeap& arena_or_heap() {
+  static auto* r = new ArenaOrHeap;  // never destroyed: tensors may outlive main
+  return *r;
+}
+
 }  // namespace
+
+void NodeArena::use_for_all_tensors() {
+  NodeArena* a = get();
+  MESHTEST_CHECK(a != nullptr, "NodeArena::use_for_all_tensors: no arena is open");
+  arena_or_heap().remember(a->mine_, a->bytes_);
+  set_default_memory_resource(&arena_or_heap());
+}
 
 NodeArena& NodeArena::open(std::size_t bytes_per_device) {
   int already = open_arena() != nullptr && open_arena()->arena != nullptr ? 1 : 0;
@@ -126,7 +167,7 @@ NodeArena::~NodeArena() {
   MPI_Comm_free(&node_);
 }
 
-void* NodeArena::allocate(std::size_t bytes) {
+void* NodeArena::try_allocate(std::size_t bytes) {
   const std::size_t n = round_up(std::max<std::size_t>(bytes, 1), kAlign);
   const std::lock_guard<std::mutex> hold(lock_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -137,6 +178,12 @@ void* NodeArena::allocate(std::size_t bytes) {
     used_ += n;
     return mine_ + at;
   }
+  return nullptr;
+}
+
+void* NodeArena::allocate(std::size_t bytes) {
+  if (void* p = try_allocate(bytes)) return p;
+  const std::lock_guard<std::mutex> hold(lock_);
   std::size_t largest = 0;
   for (const auto& [at, size] : free_) largest = std::max(largest, size);
   fail("node arena: no room for {} bytes ({} of {} free, largest hole {}); open it larger", bytes,

@@ -43,6 +43,12 @@ class NodeArena final : public MemoryResource {
   /// Collective over MPI_COMM_WORLD: frees the window (the job's end does it too). Tensors still
   /// in it must not be read after this; freeing them later is harmless.
   static void close();
+  /// Local: from now on every tensor that names no resource is allocated in the open arena
+  /// while it has room, else on the heap (set_default_memory_resource): every CCL input of the
+  /// program then lies in the arena. The MPI test harness does this under
+  /// MESHTEST_CCL_ARENA=<bytes per device> (K, M, G), so that a whole test binary runs on the
+  /// in-place path. Throws Error when no arena is open.
+  static void use_for_all_tensors();
 
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
@@ -50,6 +56,8 @@ class NodeArena final : public MemoryResource {
 
   /// Throws Error "node arena: no room for N bytes (F of T free, largest hole H)".
   void* allocate(std::size_t bytes) override;
+  /// allocate(), or nullptr when there is no room.
+  void* try_allocate(std::size_t bytes);
   void deallocate(void* p, std::size_t bytes) noexcept override;
 
   /// The offset of [p, p + len) in this device's segment, when it lies there entirely.

@@ -5,11 +5,14 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "dist/ccl/arena/arena.hpp"
 #include "dist/ccl/ccl_log.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/job_end.hpp"
@@ -85,6 +88,26 @@ int run(int& argc, char** argv) {
   return final.exit_code;
 }
 
+/// MESHTEST_CCL_ARENA=<bytes per device> (K, M, G suffixes): every tensor of the binary in the
+/// node arena while it has room (NodeArena::use_for_all_tensors), so that its CCLs run on the
+/// in-place path. Collective; throws Error on a bad value (every rank reads the same one).
+void open_arena_from_environment() {
+  const char* v = std::getenv("MESHTEST_CCL_ARENA");
+  if (v == nullptr || *v == 0) return;
+  char* end = nullptr;
+  const double n = std::strtod(v, &end);
+  const std::string_view unit(end);
+  const double scale = unit.empty()  ? 1
+                       : unit == "K" ? 1 << 10
+                       : unit == "M" ? 1 << 20
+                       : unit == "G" ? 1 << 30
+                                     : -1;
+  MESHTEST_CHECK(n > 0 && scale > 0 && n * scale < 1e12,
+                 "MESHTEST_CCL_ARENA is '{}'; expected bytes per device such as 256M", v);
+  NodeArena::open(static_cast<std::size_t>(n * scale));
+  NodeArena::use_for_all_tensors();
+}
+
 }  // namespace
 
 int run_all_tests(int& argc, char** argv) {
@@ -96,6 +119,7 @@ int run_all_tests(int& argc, char** argv) {
     return 1;
   }
   try {
+    open_arena_from_environment();
     return run(argc, argv);
   } catch (const std::exception& e) {
     detail::disarm_exit_hook();
