@@ -29,64 +29,6 @@
 
 namespace meshtest::bench::ccl {
 
-Layout layout_of(CclOp op, std::int64_t bytes, const Options& o, int p) {
-  const auto e = static_cast<std::int64_t>(dtype_size(o.dtype));
-  const std::int64_t rows = o.dim == 0 ? 1 : o.rows;
-  const std::int64_t unit = rows * (op == CclOp::all_reduce ? 1 : p);
-  const std::int64_t n = std::max<std::int64_t>(1, bytes / e / unit) * unit;
-  Layout l{.rows = rows, .cols = n / rows, .block = 0};
-  l.block = op == CclOp::all_reduce ? l.cols : l.cols / p;
-  return l;
-}
-
-std::vector<std::int64_t> sizes_of(const Options& o) {
-  std::vector<std::int64_t> out;
-  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
-       b = o.factor > 1 ? b * o.factor : 2 * b + 1) {
-    out.push_back(static_cast<std::int64_t>(b));
-  }
-  return out;
-}
-
-dist::CclCall call_of(const Layout& l, CclOp op, const Options& o, int p) {
-  const Shape in = l.shape(op == CclOp::all_gather ? l.block : l.cols);
-  std::vector<int> devices(static_cast<std::size_t>(p));
-  std::iota(devices.begin(), devices.end(), 0);
-  return {.op = op,
-          .dtype = o.dtype,
-          .reduce = o.redop,
-          .devices = std::move(devices),
-          .shape = in,
-          .dim = in.rank() - 1,
-          .concat_dim = in.rank() - 1};
-}
-
-std::string describe_nodes(MPI_Comm comm) {
-  int p = 0, me = 0;
-  MESHTEST_MPI(MPI_Comm_size(comm, &p));
-  MESHTEST_MPI(MPI_Comm_rank(comm, &me));
-  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
-  int len = 0;
-  MESHTEST_MPI(MPI_Get_processor_name(name.data(), &len));
-  std::vector<char> all(static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME);
-  MESHTEST_MPI(MPI_Gather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
-                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm));
-  if (me != 0) return {};
-  std::vector<std::pair<std::string, std::vector<int>>> hosts;  // in order of first rank
-  for (int r = 0; r < p; ++r) {
-    const std::string h(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
-    if (it == hosts.end()) it = hosts.insert(hosts.end(), {h, {}});
-    it->second.push_back(r);
-  }
-  if (hosts.size() == 1) return fmt::format("{} on 1 node ({})", p, hosts[0].first);
-  std::string out = fmt::format("{} on {} nodes:", p, hosts.size());
-  for (const auto& [h, ranks] : hosts) {
-    out += fmt::format(" {} x{} (ranks {})", h, ranks.size(), fmt::join(ranks, " "));
-  }
-  return out;
-}
-
 namespace {
 
 namespace po = boost::program_options;
@@ -262,23 +204,6 @@ double memcpy_gbps(const MeshDevice& mesh, std::int64_t bytes) {
   double t = 1e30;
   for (int w = 0; w < 5; ++w) t = std::min(t, time_per_call(mesh.comm(), per, copy));
   return static_cast<double>(bytes) / t / 1e9;
-}
-
-/// The op's busbw against memcpy of the same bytes (the limit of a copy on this node), with
-/// the bytes each device moved through the window or read in place.
-void print_memcpy(CclOp op, const std::vector<Row>& rows, const std::vector<double>& gbps) {
-  fmt::print(
-      "# {} busbw / memcpy bandwidth of the same bytes (every rank copying at once); the "
-      "targets: all_reduce and reduce_scatter >= 0.8 from 4 MiB (--memory arena)\n"
-      "#        size   memcpy   busbw  busbw/memcpy      wr/dev      rd/dev\n"
-      "#         (B)   (GB/s)  (GB/s)                       (B)         (B)\n",
-      dist::ccl_case(op).name);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    fmt::print("{:>13} {:>8.2f} {:>7.2f} {:>13.2f} {:>11} {:>11}\n", r.bytes, gbps[i], r.busbw,
-               r.busbw / gbps[i], r.counted ? fmt::format("{:.0f}", r.written) : "-",
-               r.counted ? fmt::format("{:.0f}", r.read) : "-");
-  }
 }
 
 // ------------------------------------------------------------------------------ main

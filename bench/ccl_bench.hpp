@@ -95,6 +95,9 @@ void print_row(const Row& r, DType t);
 /// are the rows' counted steps (shared-memory path: they do not grow with p), else the ring's
 /// passes·(p-1).
 void print_model(CclOp op, int p, const std::vector<Row>& rows);
+/// The op's busbw beside memcpy of the same bytes (gbps[i] for rows[i]), with each device's
+/// bytes written into the window and read from the others.
+void print_memcpy(CclOp op, const std::vector<Row>& rows, const std::vector<double>& gbps);
 /// The row as a JSON object (for --json).
 nlohmann::json to_json(const Row& r, const Options& o, int p);
 /// Writes the rows to `path` (--json; rank 0) and says so.

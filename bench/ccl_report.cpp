@@ -89,6 +89,21 @@ void print_model(CclOp op, int p, const std::vector<Row>& rows) {
   }
 }
 
+void print_memcpy(CclOp op, const std::vector<Row>& rows, const std::vector<double>& gbps) {
+  fmt::print(
+      "# {} busbw / memcpy bandwidth of the same bytes (every rank copying at once); the "
+      "targets: all_reduce and reduce_scatter >= 0.8 from 4 MiB (--memory arena)\n"
+      "#        size   memcpy   busbw  busbw/memcpy      wr/dev      rd/dev\n"
+      "#         (B)   (GB/s)  (GB/s)                       (B)         (B)\n",
+      dist::ccl_case(op).name);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    fmt::print("{:>13} {:>8.2f} {:>7.2f} {:>13.2f} {:>11} {:>11}\n", r.bytes, gbps[i], r.busbw,
+               r.busbw / gbps[i], r.counted ? fmt::format("{:.0f}", r.written) : "-",
+               r.counted ? fmt::format("{:.0f}", r.read) : "-");
+  }
+}
+
 nlohmann::json to_json(const Row& r, const Options& o, int p) {
   return {{"op", dist::ccl_case(r.op).name},
           {"bytes", r.bytes},

@@ -18,13 +18,6 @@ namespace meshtest::dist {
 namespace detail {
 namespace {
 
-/// Where x lies in this device's segment of the node arena (arena.hpp), or kNoHandle.
-std::uint64_t arena_handle(const CclArg& x) {
-  const NodeArena* arena = NodeArena::get();
-  if (arena == nullptr || !x.where.is_host() || x.empty()) return ShmWindow::kNoHandle;
-  return arena->offset_of(x.data, x.nbytes()).value_or(ShmWindow::kNoHandle);
-}
-
 std::string axis_name(int axis) { return axis == kAllAxes ? "all" : std::to_string(axis); }
 
 MPI_Comm checked_comm(std::string_view op, const MeshDevice& mesh, int axis) {
@@ -197,7 +190,11 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
     if (shm_ != nullptr) {
       // One shared-memory step, which also tells every device where the others' inputs lie
       // when they are in the node arena (read in place: ShmGroup::arena_inputs).
-      same = shm_->agree(h, error_.has_value(), arena_handle(x_));
+      same = shm_->agree(
+          h, error_.has_value(),
+          x_.where.is_host() && !x_.empty()
+              ? NodeArena::offset_in_open(x_.data, x_.nbytes()).value_or(ShmWindow::kNoHandle)
+              : ShmWindow::kNoHandle);
     } else {
       std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
                                     error_ ? 1 : 0};

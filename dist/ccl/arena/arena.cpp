@@ -218,6 +218,11 @@ std::optional<std::uint64_t> NodeArena::offset_of(const void* p, std::size_t len
   return static_cast<std::uint64_t>(b - mine_);
 }
 
+std::optional<std::uint64_t> NodeArena::offset_in_open(const void* p, std::size_t len) {
+  const NodeArena* a = get();
+  return a != nullptr ? a->offset_of(p, len) : std::nullopt;
+}
+
 std::byte* NodeArena::at(int world_rank, std::uint64_t offset) const {
   const auto it = base_.find(world_rank);
   return it == base_.end() ? nullptr : it->second + offset;

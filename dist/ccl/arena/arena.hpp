@@ -62,6 +62,9 @@ class NodeArena final : public MemoryResource {
 
   /// The offset of [p, p + len) in this device's segment, when it lies there entirely.
   std::optional<std::uint64_t> offset_of(const void* p, std::size_t len) const;
+  /// The offset of [p, p + len) in this device's segment of the open arena, when there is
+  /// one and the bytes lie there entirely. Local.
+  static std::optional<std::uint64_t> offset_in_open(const void* p, std::size_t len);
   /// Where `offset` of the segment of the device with world rank `world_rank` lies in this
   /// process, or nullptr when that device is not on this node.
   std::byte* at(int world_rank, std::uint64_t offset) const;
