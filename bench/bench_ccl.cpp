@@ -132,7 +132,7 @@ Row measure(const MeshDevice& mesh, CclOp op, std::int64_t bytes, const Options&
   const std::int64_t n = l.rows * l.cols;
   const dist::CclCall call = call_of(l, op, o, p);
   // With --memory arena the input lies in the node arena (read in place by the shared-memory
-  // path; MPI reads the same buffer).
+  // path; MPI reads the same buffer), and so does each call's output.
   const Tensor x = [&] {
     Tensor heap = cc.input(call, me);
     if (!o.arena) return heap;
@@ -258,8 +258,9 @@ int parse(int argc, char** argv, Options& o) {
       "window is -n calls between two CUDA events")("json", po::value(&o.json),
                                                     "write the rows to this JSON file (rank 0)")(
       "memory", po::value(&memory)->default_value(memory),
-      "heap: ordinary tensors; arena: inputs in the node arena, which the shared-memory path "
-      "reads in place (dist/ccl/arena/arena.hpp; --device cpu only)");
+      "heap: ordinary tensors; arena: every tensor in the node arena, whose inputs the "
+      "shared-memory path reads in place and whose outputs it writes in place "
+      "(dist/ccl/arena/arena.hpp; --device cpu only)");
   return parse_options("ccl", argc, argv, desc, [&] {
     o.device = parse_device(device);
     MESHTEST_CHECK(memory == "heap" || memory == "arena", "--memory: '{}' is not heap or arena",
@@ -310,15 +311,22 @@ int bench_ccl(int argc, char** argv) {
                  human(static_cast<double>(o.min_bytes)), human(static_cast<double>(o.max_bytes)),
                  o.factor);
     }
-    // Room for the largest input and its alignment (--memory arena).
-    if (o.arena) dist::NodeArena::open(static_cast<std::size_t>(o.max_bytes) + (1 << 20));
+    // --memory arena: every tensor of the bench in the arena (inputs and outputs, as in a
+    // program that opens one for its whole run): room for the largest input, its output, the
+    // MPI call's output and the input's first copy, each aligned; past that, the heap.
+    if (o.arena) {
+      dist::NodeArena::open(4 * static_cast<std::size_t>(o.max_bytes) + (std::size_t{1} << 20));
+      dist::NodeArena::use_for_all_tensors();
+    }
     // One agreed call makes the shared-memory group when the ranks share a node (shm.hpp).
     (void)dist::all_reduce(mesh, Tensor(Shape{1}, DType::i32));
     const std::string nodes = describe_nodes(mesh.comm());
     const bool one_node = dist::detail::ShmGroup::one_node(mesh.comm());  // every rank calls
     if (root) {
-      fmt::print("# inputs: {}\n", o.arena ? "in the node arena (--memory arena): read in place"
-                                           : "heap tensors (--memory heap)");
+      fmt::print("# tensors: {}\n",
+                 o.arena
+                     ? "in the node arena (--memory arena): inputs read, outputs written in place"
+                     : "on the heap (--memory heap)");
       fmt::print("# ranks: {}\n# meshtest's path on the bench's axis (a line of {}): {}\n", nodes,
                  p,
                  dist::detail::ShmGroup::find(mesh.comm()) != nullptr

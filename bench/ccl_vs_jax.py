@@ -462,7 +462,7 @@ def print_table(p: int, op: str, rows: list[dict], with_jax: bool, jax_info: str
     with_memcpy = any(r["memcpy_gbps"] is not None for r in rows)
     memory = next((r["meshtest"]["memory"] for r in rows if r["meshtest"]), None)
     print(f"#\n# {op} - np {p}, float32: meshtest"
-          + (f" (inputs: {memory})" if memory else "") + " vs the direct MPI call"
+          + (f" (tensors: {memory})" if memory else "") + " vs the direct MPI call"
           + (f" vs JAX {JAX_CALLS[op]} ({jax_info})" if with_jax else "")
           + "\n# busbw in GB/s; ratios are of busbw (= inverse of time), '*' marks one below 1.0")
     cols = [("size", 12, "(B)"), ("", 11, ""), ("meshtest", 9, "busbw"), ("MPI", 9, "busbw")]

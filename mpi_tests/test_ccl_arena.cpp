@@ -3,7 +3,8 @@
 // the same call on heap tensors (through the slots) bit for bit, with multi-chunk messages and
 // random floats, and moves no input bytes through the window; a group where one device passes a
 // heap tensor takes the slots on every device; a disagreement gives the full error and stays in
-// step; the arena's allocator (holes merged, a full arena named), and what stays in it.
+// step; all_reduce writing every output in place in one step; the arena's allocator (holes
+// merged, a full arena named), and what stays in it; the copies, against memcpy.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -125,6 +126,8 @@ TEST_P(CclArena, EveryCclInPlaceEqualsTheWindowPath) {
             return all_reduce(mesh(), x, {.axis = axis, .op = ReduceOp::max});
           },
           part + 4096);
+      // In place on an arena tensor the output is in the arena too: each device writes its
+      // reduced part straight into the others' outputs.
       expect_same(
           mesh(), axis, "all_reduce_inplace", flat,
           [&](const Tensor& x) {
@@ -132,7 +135,7 @@ TEST_P(CclArena, EveryCclInPlaceEqualsTheWindowPath) {
             all_reduce_inplace(mesh(), y, {.axis = axis});
             return y;
           },
-          part + 4096);
+          static_cast<std::uint64_t>(p - 1) * part);
       const Tensor piece = random_input(Shape{3 * 1024 + 1, 3}, t, me, 2);
       for (const int dim : {0, 1}) {
         expect_same(
@@ -156,6 +159,70 @@ TEST_P(CclArena, EveryCclInPlaceEqualsTheWindowPath) {
   }
 }
 
+/// Sets the process's default memory resource for its lifetime (outputs in the arena).
+class DefaultResource {
+ public:
+  explicit DefaultResource(MemoryResource* r) : before_(default_memory_resource()) {
+    set_default_memory_resource(r);
+  }
+  DefaultResource(const DefaultResource&) = delete;
+  DefaultResource& operator=(const DefaultResource&) = delete;
+  ~DefaultResource() { set_default_memory_resource(before_); }
+
+ private:
+  MemoryResource* before_;
+};
+
+std::uint64_t steps(MPI_Comm comm) {
+  const ShmGroup* g = ShmGroup::find(comm);
+  return g != nullptr ? g->traffic().steps : 0;
+}
+
+TEST_P(CclArena, AllReduceWritesEveryOutputInTheArenaInOneStep) {
+  // With inputs and outputs in the arena, each device reduces its part of the whole message and
+  // writes it into every output: the agreement step and one more, however many chunks the
+  // message spans, and the window path's bits. One device's heap output sends every device
+  // back to the slots.
+  NodeArena& a = arena();
+  for (const int axis : {kAllAxes, 0, 1}) {
+    const int p = axis == kAllAxes ? mesh().size() : mesh().axis_size(axis);
+    const int me = axis == kAllAxes ? mesh().device_id() : mesh().axis_index(axis);
+    const MPI_Comm comm = mesh().comm(axis);
+    for (const DType t : {DType::f32, DType::bf16, DType::i32}) {
+      for (const ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+        SCOPED_TRACE(
+            fmt::format("{} {} on axis {} of {}", t, reduce_op_name(op), axis, mesh().str()));
+        const std::int64_t n = 5 * 4096 * p / static_cast<std::int64_t>(dtype_size(t)) + 3;
+        const Tensor x = random_input(Shape{n}, t, me, 11);
+        const Tensor want = all_reduce(mesh(), x, {.axis = axis, .op = op});  // the slots
+        const Tensor xa = in_arena(x);
+        // out = all_reduce of xa with the outputs in the arena on the devices `mine` says.
+        const auto to = [&](bool mine) {
+          DefaultResource outputs(mine ? &a : nullptr);
+          return all_reduce(mesh(), xa, {.axis = axis, .op = op});
+        };
+        const std::uint64_t s0 = steps(comm);
+        const Tensor got = to(true);
+        const std::uint64_t s1 = steps(comm);
+        Tensor inplace = in_arena(x);
+        all_reduce_inplace(mesh(), inplace, {.axis = axis, .op = op});
+        const std::uint64_t s2 = steps(comm);
+        const Tensor mixed = to(me != p - 1);  // the last device's output on the heap
+        const std::uint64_t s3 = steps(comm);
+        EXPECT_TRUE(a.offset_of(got.bytes(), got.nbytes()).has_value()) << "output in the arena";
+        EXPECT_TRUE(got.bitwise_equal(want)) << "out of place";
+        EXPECT_TRUE(inplace.bitwise_equal(want)) << "in place";
+        EXPECT_TRUE(mixed.bitwise_equal(want)) << "one heap output";
+        if (ShmGroup::find(comm) != nullptr) {
+          EXPECT_EQ(s1 - s0, 2U) << "out of place: the agreement and one step";
+          EXPECT_EQ(s2 - s1, 2U) << "in place: the agreement and one step";
+          EXPECT_GT(s3 - s2, 3U) << "one heap output: the slots, a step per chunk";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(CclArena, LargeOutputsAreWrittenStreamingAndStayExact) {
   // Outputs of kStreamOutput bytes and more are written with streaming stores (copy.hpp): an
   // odd element count, so the copies have unaligned heads and tails.
@@ -165,6 +232,14 @@ TEST_P(CclArena, LargeOutputsAreWrittenStreamingAndStayExact) {
   const Tensor flat = random_input(Shape{n}, DType::f32, me, 8);
   expect_same(
       mesh(), kAllAxes, "all_reduce", flat, [&](const Tensor& x) { return all_reduce(mesh(), x); },
+      static_cast<std::uint64_t>(n) * 4);
+  expect_same(
+      mesh(), kAllAxes, "all_reduce_inplace", flat,
+      [&](const Tensor& x) {
+        Tensor y = x.resource() != nullptr ? in_arena(x) : x;
+        all_reduce_inplace(mesh(), y);  // every output in the arena: streamed into the others'
+        return y;
+      },
       static_cast<std::uint64_t>(n) * 4);
   const Tensor piece = random_input(Shape{n / p}, DType::f32, me, 9);
   expect_same(mesh(), kAllAxes, "all_gather", piece,

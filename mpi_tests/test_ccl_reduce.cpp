@@ -1,6 +1,7 @@
 // The reduction rule of every CCL path (dist/ccl/reduce.hpp): the p terms combined in axis
 // order, bf16 and f16 accumulated in f32 and rounded once, the same bits on the shared-memory
-// and the MPI path; and the shared-memory path's traffic, checked against its closed form.
+// and the MPI path; the kernel itself against a scalar loop (stages, aliasing, every dtype); and
+// the shared-memory path's traffic, checked against its closed form.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,11 +10,15 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/paths/shm/shm.hpp"
+#include "dist/ccl/reduce.hpp"
 #include "src/core/random.hpp"
 #include "src/core/tensor.hpp"
 
@@ -150,6 +155,88 @@ Moved moved_by(const ShmGroup& g, const Call& call) {
                                 static_cast<std::int64_t>(after.read - before.read)};
   MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   return {v[0], v[1], v[2]};
+}
+
+/// detail::reduce and reduce_stage against a scalar loop over the terms in axis order (T stored,
+/// A accumulated), with the terms in tiles and side by side: sums and averages of 1-17 terms of
+/// mixed magnitudes (so another order gives other bits), lengths around the kernels' blocks, in
+/// two stages with a carry, and with the destination one of the terms.
+template <class T, class A>
+void expect_sums_in_axis_order(DType t) {
+  for (const std::size_t p : {1UL, 2UL, 3UL, 8UL, 17UL}) {
+    for (const std::int64_t n : {0L, 1L, 31L, 32L, 33L, 64L, 1000L, 4101L}) {
+      std::vector<std::vector<T>> v(p, std::vector<T>(static_cast<std::size_t>(n)));
+      std::vector<const std::byte*> terms;
+      for (std::size_t j = 0; j < p; ++j) {
+        for (std::int64_t k = 0; k < n; ++k) {
+          const std::uint64_t h = (j * 1000003 + static_cast<std::uint64_t>(k)) * 2654435761U;
+          if constexpr (std::is_integral_v<T>) {
+            v[j][static_cast<std::size_t>(k)] = static_cast<T>(h);  // sums wrap
+          } else {
+            const double x = static_cast<double>(h % 2001) - 1000.0;
+            v[j][static_cast<std::size_t>(k)] =
+                static_cast<T>(std::ldexp(x, static_cast<int>((h >> 20) % 25) - 12));
+          }
+        }
+        terms.push_back(reinterpret_cast<const std::byte*>(v[j].data()));
+      }
+      for (const ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        if (op == ReduceOp::avg && std::is_integral_v<T>) continue;
+        SCOPED_TRACE(fmt::format("{} {} of {} terms, {} elements", t, reduce_op_name(op), p, n));
+        std::vector<T> want(static_cast<std::size_t>(n)), got(want.size());
+        for (std::size_t k = 0; k < want.size(); ++k) {
+          A acc = static_cast<A>(v[0][k]);
+          for (std::size_t j = 1; j < p; ++j) acc += static_cast<A>(v[j][k]);
+          if constexpr (std::is_floating_point_v<A>) {
+            if (op == ReduceOp::avg) acc /= static_cast<A>(p);
+          }
+          want[k] = static_cast<T>(acc);
+        }
+        // Both kernels: tiles (as for a call that reads little) and side by side.
+        for (const std::size_t footprint : {std::size_t{1}, ~std::size_t{0}}) {
+          SCOPED_TRACE(footprint == 1 ? "tiles" : "side by side");
+          const auto bytes = [](std::vector<T>& x) {
+            return reinterpret_cast<std::byte*>(x.data());
+          };
+          const auto same = [&](std::vector<T>& x) {
+            return std::memcmp(x.data(), want.data(), want.size() * sizeof(T)) == 0;
+          };
+          std::fill(got.begin(), got.end(), T{});
+          detail::reduce(bytes(got), terms, n, t, op, footprint);
+          EXPECT_TRUE(same(got)) << "reduce";
+          // Two stages: the first (p+1)/2 terms' accumulator carried into the rest.
+          const std::size_t half = (p + 1) / 2;
+          std::vector<A> carry(want.size());
+          const auto total = static_cast<std::int64_t>(p);
+          std::fill(got.begin(), got.end(), T{});
+          detail::reduce_stage(reinterpret_cast<std::byte*>(carry.data()),
+                               std::span(terms).first(half), n, t, op,
+                               {.carry = nullptr, .last = false, .total = total}, footprint);
+          detail::reduce_stage(bytes(got), std::span(terms).subspan(half), n, t, op,
+                               {.carry = reinterpret_cast<const std::byte*>(carry.data()),
+                                .last = true,
+                                .total = total},
+                               footprint);
+          EXPECT_TRUE(same(got)) << "two stages";
+          // In place: the last term is the destination.
+          std::vector<T> last = v[p - 1];
+          std::vector<const std::byte*> aliased = terms;
+          aliased[p - 1] = bytes(last);
+          detail::reduce(bytes(last), aliased, n, t, op, footprint);
+          EXPECT_TRUE(same(last)) << "into a term";
+        }
+      }
+    }
+  }
+}
+
+TEST(CclReduceKernel, SumsEqualAScalarLoopInAxisOrder) {
+  expect_sums_in_axis_order<float, float>(DType::f32);
+  expect_sums_in_axis_order<double, double>(DType::f64);
+  expect_sums_in_axis_order<bf16, float>(DType::bf16);
+  expect_sums_in_axis_order<f16, float>(DType::f16);
+  expect_sums_in_axis_order<std::uint32_t, std::uint32_t>(DType::i32);
+  expect_sums_in_axis_order<std::uint64_t, std::uint64_t>(DType::i64);
 }
 
 TEST(CclShmTraffic, EveryCclMovesTheBandwidthMinimum) {

@@ -23,7 +23,8 @@ void detail::all_reduce(const MeshDevice& mesh, const CclArg& x, const CclArg& o
   // the same path.
   const AgreedOption path_option = all_reduce_path_option();
   const AgreedOption numerics = numerics_option(call, opt.numerics);
-  call.agree({{"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, path_option, numerics});
+  call.agree({{"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, path_option, numerics},
+             {.out = &out});
   call.check_reduce_op(opt.op, x.dtype);
   call.perf().attr("op", reduce_op_name(opt.op));
   call.output(out);

@@ -17,7 +17,7 @@ void copy_in_pieces(void* dst, const void* src, std::size_t n) {
     std::memcpy(d + at, s + at, std::min(kPiece, n - at));
 }
 
-void copy_streaming(void* dst, const void* src, std::size_t n) {
+void copy_streaming(void* dst, const void* src, std::size_t n, bool fence) {
 #if defined(__SSE2__)
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
@@ -39,9 +39,16 @@ void copy_streaming(void* dst, const void* src, std::size_t n) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
   }
   std::memcpy(d, s, n);
-  _mm_sfence();
+  if (fence) _mm_sfence();
 #else
+  (void)fence;
   std::memcpy(dst, src, n);
+#endif
+}
+
+void store_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
 #endif
 }
 

@@ -34,7 +34,11 @@ inline void copy_bytes(void* dst, const void* src, std::size_t n) {
 /// The same bytes as memcpy, written with non-temporal (streaming) stores on x86-64: the
 /// destination's lines are neither read first nor kept in cache. Ends with a store fence, so
 /// the bytes are visible to the other processes of the node like ordinary stores once the
-/// collective's next step publishes them. Elsewhere memcpy.
-void copy_streaming(void* dst, const void* src, std::size_t n);
+/// collective's next step publishes them; `fence` false leaves it to one store_fence() after a
+/// run of such copies (each fence waits for the stores in flight). Elsewhere memcpy.
+void copy_streaming(void* dst, const void* src, std::size_t n, bool fence = true);
+
+/// Orders every streaming store before it ahead of every store after it (sfence on x86-64).
+void store_fence();
 
 }  // namespace meshtest::dist::detail

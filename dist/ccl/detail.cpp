@@ -188,13 +188,15 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
     const std::uint64_t h = sig.hash() ^ (seq_ * 0x9E3779B97F4A7C15ULL);
     shm_ = ShmGroup::find(comm_);
     if (shm_ != nullptr) {
-      // One shared-memory step, which also tells every device where the others' inputs lie
-      // when they are in the node arena (read in place: ShmGroup::arena_inputs).
-      same = shm_->agree(
-          h, error_.has_value(),
-          x_.where.is_host() && !x_.empty()
-              ? NodeArena::offset_in_open(x_.data, x_.nbytes()).value_or(ShmWindow::kNoHandle)
-              : ShmWindow::kNoHandle);
+      // One shared-memory step, which also tells every device where the others' inputs (and
+      // outputs, when given) lie when they are in the node arena (read and written in place:
+      // ShmGroup::arena_inputs, arena_outputs).
+      const auto handle = [](const CclArg* t) {
+        return t != nullptr && t->where.is_host() && !t->empty()
+                   ? NodeArena::offset_in_open(t->data, t->nbytes()).value_or(ShmWindow::kNoHandle)
+                   : ShmWindow::kNoHandle;
+      };
+      same = shm_->agree(h, error_.has_value(), handle(&x_), handle(a.out));
     } else {
       std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
                                     error_ ? 1 : 0};

@@ -47,6 +47,10 @@ struct Agreement {
   bool tensors = true;    ///< dtype and shape must agree (false: only the options; broadcast)
   int free_dim = -1;      ///< a dim whose size may differ across devices (-1: none)
   std::string note = {};  ///< appended to a shape mismatch message: why the shapes must agree
+  /// The output, when it exists before the agreement (all_reduce): a host output in the node
+  /// arena is announced with the input, so the shared-memory path may write every device's
+  /// output in place (ShmGroup::arena_outputs).
+  const CclArg* out = nullptr;
 };
 
 /// One device's view of a call; gathered from every device of the axis group.

@@ -17,8 +17,18 @@ namespace meshtest::dist::detail {
 /// f32 (f64 for f64) before that one rounding. Integer sums wrap (two's complement), as MPI's do.
 /// dst may be one of the terms. t must not be u8, and avg needs a floating t
 /// (Call::check_reduce_op has checked both).
+///
+/// Sums and averages read the p terms side by side when the call they serve reads
+/// kSideBySideFrom bytes or more (`footprint`: what the whole collective reads on this device,
+/// when it reduces in several pieces; 0: n elements of every term), where the terms come from
+/// memory and the hardware prefetchers must follow every stream; below that, where they come
+/// from the caches, one term's tile after another. Either way the same additions in the same
+/// order: the same bits.
 void reduce(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
-            ReduceOp op);
+            ReduceOp op, std::size_t footprint = 0);
+
+/// See reduce(): from this many bytes read, sums read their terms side by side.
+inline constexpr std::size_t kSideBySideFrom = std::size_t{8} << 20;
 
 /// Bytes per element of reduce()'s accumulator: 4 for bf16 and f16 (f32), else dtype_size(t).
 std::size_t accumulator_size(DType t);
@@ -39,6 +49,6 @@ struct Stage {
 /// the next stage's carry. Stages chained over consecutive groups in axis order give reduce()'s
 /// bits over all the terms: the same additions in the same order, one rounding.
 void reduce_stage(std::byte* dst, std::span<const std::byte* const> terms, std::int64_t n, DType t,
-                  ReduceOp op, const Stage& stage);
+                  ReduceOp op, const Stage& stage, std::size_t footprint = 0);
 
 }  // namespace meshtest::dist::detail

@@ -82,6 +82,9 @@ class ShmGroup : public ShmWindow {
   /// process, when every one lies in the node arena; empty otherwise (the same on every
   /// device: the handles come from the agreement step).
   std::vector<const std::byte*> arena_inputs() const;
+  /// Where every device's output of the call just agreed lies in this process, when the call
+  /// announced its output (Agreement::out) and every one lies in the node arena; else empty.
+  std::vector<std::byte*> arena_outputs() const;
   /// The collectives above, reading each device's input where it lies (`peers`, from
   /// arena_inputs()) instead of through the slots: one pass over the bytes. Each starts with a
   /// step (every device has arrived, so every input is ready) and ends when every device has
@@ -94,7 +97,11 @@ class ShmGroup : public ShmWindow {
   ///     end to end) becomes block j of `recv` over out;
   ///   arena_all_reduce: out = the reduction of the peers' n-element inputs (out may be this
   ///     device's input): device i reduces part i of each chunk from the inputs in place, and
-  ///     the reduced parts reach the others through the slots, a chunk behind.
+  ///     the reduced parts reach the others through the slots, a chunk behind;
+  ///   arena_all_reduce_to: the same when every output is in the arena too (`outs`, from
+  ///     arena_outputs(); an output may be its device's input): device i reduces part i of the
+  ///     whole message in tiles of kOutTile bytes and writes each tile into every output, so
+  ///     each device reads S and writes S, as memcpy does, in one step.
   void arena_all_gather(const std::vector<const std::byte*>& peers, const BlockLayout& layout,
                         std::byte* out, std::size_t piece);
   void arena_reduce_scatter(const std::vector<const std::byte*>& peers, std::byte* out,
@@ -103,6 +110,12 @@ class ShmGroup : public ShmWindow {
                         std::byte* out, std::size_t block);
   void arena_all_reduce(const std::vector<const std::byte*>& peers, std::byte* out, std::int64_t n,
                         DType t, ReduceOp op);
+  void arena_all_reduce_to(const std::vector<const std::byte*>& peers,
+                           const std::vector<std::byte*>& outs, std::int64_t n, DType t,
+                           ReduceOp op);
+  /// arena_all_reduce_to's tile: small enough that the reduced tile is still in L1 when it is
+  /// copied to the other devices' outputs.
+  static constexpr std::size_t kOutTile = std::size_t{16} << 10;
 
   /// The two halves of the node chain's all_reduce (node_chain.hpp) on this node. The n
   /// elements go in chunks of `per` (the last one shorter); chunk g is split into size() parts
@@ -126,6 +139,8 @@ class ShmGroup : public ShmWindow {
 
  private:
   explicit ShmGroup(MPI_Comm node);
+  /// Where each device's `handles` entry lies in this process, or empty unless all do.
+  std::vector<std::byte*> in_arena(const std::vector<std::uint64_t>& handles) const;
   /// Steps that carry the next piece of each of the p blocks of `block` bytes (block j for
   /// device j; this device's own block stays out of the slots): pack(j, off, len, dst) copies
   /// bytes [off, off + len) of block j to dst; read(s, off, len, at) finds device j's piece

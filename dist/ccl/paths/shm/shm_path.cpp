@@ -54,6 +54,11 @@ class ShmPath final : public Path {
 
   bool all_reduce(Call& call, const AllReduceExchange& x) override {
     if (auto peers = call.shm()->arena_inputs(); !peers.empty()) {
+      if (auto outs = call.shm()->arena_outputs(); !outs.empty()) {
+        call.run([g = call.shm(), peers = std::move(peers), outs = std::move(outs), n = x.n,
+                  t = x.t, op = x.op] { g->arena_all_reduce_to(peers, outs, n, t, op); });
+        return true;
+      }
       call.run([g = call.shm(), peers = std::move(peers), out = x.out, n = x.n, t = x.t,
                 op = x.op] { g->arena_all_reduce(peers, out, n, t, op); });
       return true;

@@ -157,6 +157,7 @@ ShmWindow::ShmWindow(MPI_Comm node) : node_(node) {
   const bool whole = yield_ || size_ >= kManyDevices;
   chunk_ = agreed[1] > 0 ? static_cast<std::size_t>(agreed[1]) : whole ? kChunk : kChunk / 4;
   handles_.assign(static_cast<std::size_t>(size_), kNoHandle);
+  out_handles_ = handles_;
   MESHTEST_MPI(MPI_Barrier(node_));  // every counter is zero before anyone steps
 }
 
@@ -165,19 +166,20 @@ ShmWindow::~ShmWindow() {
   MPI_Comm_free(&node_);
 }
 
-bool ShmWindow::agree(std::uint64_t hash, bool error, std::uint64_t handle) {
+bool ShmWindow::agree(std::uint64_t hash, bool error, std::uint64_t in, std::uint64_t out) {
   bool same = true;
   step(
       [&](std::size_t s) {
-        const std::uint64_t v[3] = {hash, error ? 1U : 0U, handle};
+        const std::uint64_t v[4] = {hash, error ? 1U : 0U, in, out};
         std::memcpy(header(index_, s), v, sizeof v);
       },
       [&](std::size_t s) {
         for (int j = 0; j < size_; ++j) {
-          std::uint64_t v[3];
+          std::uint64_t v[4];
           std::memcpy(v, header(j, s), sizeof v);
           same = same && v[0] == hash && v[1] == 0;
           handles_[static_cast<std::size_t>(j)] = v[2];
+          out_handles_[static_cast<std::size_t>(j)] = v[3];
         }
       });
   return same;

@@ -56,8 +56,10 @@ class ShmWindow {
   std::size_t chunk() const { return chunk_; }
 
   /// What this device has moved through the window since the group was made: steps (the
-  /// agreement steps included), bytes written into its own slots and bytes read from other
-  /// devices' slots. The bench divides the difference over a run by its calls.
+  /// agreement steps included), bytes written for other devices (into its own slots, or
+  /// straight into their outputs in the node arena) and bytes read from other devices (their
+  /// slots, or their inputs in the arena). The bench divides the difference over a run by its
+  /// calls.
   struct Traffic {
     std::uint64_t steps = 0, written = 0, read = 0;
   };
@@ -89,14 +91,19 @@ class ShmWindow {
   int size() const { return size_; }
   int index() const { return index_; }
 
-  /// No input in the node arena (agree()'s handle).
+  /// Not in the node arena (agree()'s handles).
   static constexpr std::uint64_t kNoHandle = ~std::uint64_t{0};
   /// One step: true when every device passed the same hash and no device an error. Each
-  /// device also passes its input's offset in its segment of the node arena (arena.hpp), or
-  /// kNoHandle, and every device keeps every device's (handles()) until the next agreement.
-  bool agree(std::uint64_t hash, bool error, std::uint64_t handle = kNoHandle);
+  /// device also passes its input's and its output's offsets in its segment of the node arena
+  /// (arena.hpp), or kNoHandle, and every device keeps every device's (handles(),
+  /// out_handles()) until the next agreement.
+  bool agree(std::uint64_t hash, bool error, std::uint64_t in = kNoHandle,
+             std::uint64_t out = kNoHandle);
   /// Every device's input handle of the last agreement (kNoHandle for all before the first).
   const std::vector<std::uint64_t>& handles() const { return handles_; }
+  /// Every device's output handle of the last agreement (kNoHandle: not given, or not in the
+  /// arena).
+  const std::vector<std::uint64_t>& out_handles() const { return out_handles_; }
 
  protected:
   /// Collective over `comm`: comm's devices (in comm's order) as a node communicator for a
@@ -125,7 +132,7 @@ class ShmWindow {
   int index_ = 0;
   std::size_t chunk_ = kChunk;
   std::uint64_t written_ = 0, read_ = 0;
-  std::vector<std::uint64_t> handles_;  // every device's, from the last agree()
+  std::vector<std::uint64_t> handles_, out_handles_;  // every device's, from the last agree()
 
  private:
   // A device's segment: the two step counters on their own cache lines, one kLine header per
