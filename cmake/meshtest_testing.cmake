@@ -2,7 +2,9 @@
 #                       [TIMEOUT s] [SCALE_TIMEOUT s] [ENV var=value...] [ARGS ...])
 # Registers an MPI GoogleTest binary in CTest once per rank count, as
 # <name>.np<N> (name defaults to the target), with labels "mpi" and "np<N>",
-# PROCESSORS N, a timeout (default 300 s) and ENV added to the environment.
+# PROCESSORS N (a job of more ranks than ctest's -j runs alone: two oversubscribed jobs side by
+# side thrash the scheduler), COST N (ctest starts the larger jobs first), a timeout (default
+# 300 s) and ENV added to the environment.
 # NP defaults to MESHTEST_DEFAULT_NPS (1 2 3 4 8), or to none with SCALE_ONLY (only the
 # scale runs).
 # Scale runs: SCALE adds the rank counts of MESHTEST_SCALE_NPS (6 12 16) and
@@ -75,6 +77,7 @@ function(meshtest_add_mpi_test target)
     set_tests_properties(${ARG_NAME}.np${np} PROPERTIES
       LABELS "${labels}"
       PROCESSORS ${np}
+      COST ${np}
       TIMEOUT ${timeout}
       ENVIRONMENT "${MESHTEST_MPI_TEST_ENV};${ARG_ENV}")
   endforeach()

@@ -1,5 +1,5 @@
 // Every fault a user can meet ends the job promptly and names its cause. Each case of
-// harness_cases/fault_case.cpp runs as a child job (mpirun -np 4, a 20 s deadline) in which
+// harness_cases/fault_case.cpp runs as a child job (mpirun -np 4, a 12 s deadline) in which
 // rank 2 misbehaves; this test checks how the job ended: a non-zero exit within the deadline
 // + 10 s (a desync, a skipped collective included, within 2 s of the last rank reaching the
 // collective), one message that names rank 2, the test and, where one is involved, the
@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 constexpr int kRanks = 4;
-constexpr int kDeadline = 20;  // seconds, MESHTEST_TEST_TIMEOUT of the child job
+constexpr int kDeadline = 12;  // seconds, MESHTEST_TEST_TIMEOUT of the child job
 
 std::string fault_binary() {
 #ifdef MESHTEST_FAULT_CASE

@@ -12,7 +12,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <span>
 
@@ -20,11 +23,15 @@
 #include "dist/testing/fused/fused_op.hpp"
 #include "dist/testing/harness/flags.hpp"
 #include "dist/testing/harness/harness.hpp"
+#include "mpi_tests/support/scoped_env.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/models/checkpoint.hpp"
 #include "src/ops/elementwise.hpp"
 #include "src/ops/sdpa_sinks.hpp"
+#include "src/perf/machine.hpp"
+#include "src/perf/perf_check.hpp"
+#include "src/perf/report.hpp"
 #include "tests/support/expect_error.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -405,6 +412,60 @@ TEST_F(FusedKit, SingleDeviceRunMatchesDeviceZeroShapes) {
     if (rec.op_code == "add") {
       EXPECT_EQ(perf::wzyx(rec.inputs.at(0).shape), perf::wzyx(Shape({9, chunk})));
     }
+  }
+}
+
+// The perf checks' expectations belong to the machine that recorded them. Only what does not
+// depend on the clock is asserted here: what recording writes, that a check against far slower
+// made expectations passes, and that another machine's or a missing expectation fails.
+TEST_F(FusedKit, PerfExpectationsAreRecordedAndHeldOnThisMachineOnly) {
+  const MeshRun run = line_run();
+  const FusedSetup s = setup_for(run, {.seqlen = 9});
+  const FusedInputs in = make_fused_inputs(doubling_case(), s);
+  const test_support::TempDir tmp("fused_perf_expected");
+  const std::filesystem::path dir = tmp.path() / "expected";
+  const std::filesystem::path expected = dir / "doubling" / fmt::format("1x{}", world_size()) /
+                                         fused_param_name(s.params) / "device_perf" /
+                                         "measurements.json";
+  const test_support::ScopedEnv at("MESHTEST_PERF_EXPECTED", dir.string());
+  {
+    const test_support::ScopedEnv record("MESHTEST_PERF_RECORD", "1");
+    fused_device_perf(run, doubling_case(), in, s, tmp.path() / "recorded");
+  }
+  const bool first = world_rank() == 0;
+  if (first) {
+    ASSERT_TRUE(std::filesystem::exists(expected)) << expected;
+    EXPECT_EQ(perf::read_perf_figures(expected).margin, 1.0);
+    EXPECT_EQ(perf::read_machine(dir / "machine.json"), perf::this_machine());
+    // Far slower expectations: the check passes whatever this machine's clock does.
+    std::ifstream in(expected);
+    nlohmann::json slow = nlohmann::json::parse(in);
+    for (auto& op : slow["ops"]) op["kernel_duration_us"] = 1e9;
+    slow["total_kernel_duration_us"] = 1e9;
+    slow["total_op_to_op_latency_us"] = 1e9;
+    perf::write_text_atomic(expected, slow.dump(2));
+  }
+  fused_device_perf(run, doubling_case(), in, s, tmp.path() / "checked");
+  EXPECT_FALSE(HasFailure());
+
+  // Expectations recorded on another machine: a failure naming both machines.
+  perf::Machine elsewhere = perf::this_machine();
+  elsewhere.host = "elsewhere";
+  if (first) perf::write_text_atomic(dir / "machine.json", perf::machine_json(elsewhere));
+  if (first) {
+    EXPECT_NONFATAL_FAILURE(fused_device_perf(run, doubling_case(), in, s, tmp.path() / "other"),
+                            "were recorded on host elsewhere");
+  } else {
+    fused_device_perf(run, doubling_case(), in, s, tmp.path() / "other");
+  }
+  // This machine's, but no expectation for the case: a failure naming the file.
+  if (first) {
+    perf::write_text_atomic(dir / "machine.json", perf::machine_json(perf::this_machine()));
+    std::filesystem::remove(expected);
+    EXPECT_NONFATAL_FAILURE(fused_device_perf(run, doubling_case(), in, s, tmp.path() / "none"),
+                            "no perf expectation at");
+  } else {
+    fused_device_perf(run, doubling_case(), in, s, tmp.path() / "none");
   }
 }
 

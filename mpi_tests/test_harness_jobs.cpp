@@ -314,7 +314,9 @@ TEST_F(ChildJob, DeadlineFromEnvEndsASleepingRanksTest) {
 TEST_F(ChildJob, ARankThatReturnsWhileOthersWaitForItIsADesyncAtOnce) {
   LAUNCHER_ONLY();
   const Job& j = run(false, 4, "MeshTest.OneRankReturnsOthersWait");
-  EXPECT_LT(j.r.seconds, 3) << "found at once, not at the test's 3 s deadline\n" << j.out();
+  // Found at once (1.7 s from mpirun to its exit on 2 idle cores), not at the test's 30 s
+  // deadline; a third of it leaves room for a busy machine.
+  EXPECT_LT(j.r.seconds, 10) << "found at once, not at the test's 30 s deadline\n" << j.out();
   expect_one_report("MeshTest.OneRankReturnsOthersWait");
   HAS(j.out(),
       "collective desync: rank 1 ended test MeshTest.OneRankReturnsOthersWait (passed) after 0 "

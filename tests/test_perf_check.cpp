@@ -1,10 +1,13 @@
 // Perf expectations (src/perf/perf_check.hpp): a measurements.json against an expected one,
 // op by op and by totals, with a relative margin and an absolute floor; hand-made reports whose
-// ratios are known, the margin's edges, the rows a report lacks, and bad input.
+// ratios are known, the margin's edges, the rows a report lacks, and bad input; expectations
+// made from a measurement, and the machine they belong to (src/perf/machine.hpp).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
+#include "src/perf/machine.hpp"
 #include "src/perf/perf_check.hpp"
 #include "tests/support/expect_error.hpp"
 
@@ -106,6 +109,48 @@ TEST(PerfCheck, BadInputIsAnErrorNamingIt) {
   expect_error([&] { check(report(100, 50), other); },
                {"op 1 is all_reduce in the expectation but all_gather in the measurement"});
   expect_error([] { check(report(1, 1), report(1, 1), {.margin = -1}); }, {"margin"});
+}
+
+TEST(PerfCheck, TheOpToOpTotalCanBeLeftOut) {
+  // Op-to-op five times the expectation: a regression while held, no row when left out.
+  EXPECT_TRUE(check(report(100, 50, 10), report(100, 50, 50)).regressed);
+  const PerfCheck c = check(report(100, 50, 10), report(100, 50, 50), {.op_to_op = false});
+  EXPECT_FALSE(c.regressed);
+  ASSERT_EQ(c.rows.size(), 3U);  // the two ops and the total kernel time
+  EXPECT_EQ(c.rows[2].what, "total kernel");
+}
+
+TEST(PerfCheck, AnExpectationIsTheMeasurementWithItsMargin) {
+  const PerfFigures e = parse_perf_figures(expectation_json(report(100, 50), 0.5, "m.json"), "e");
+  EXPECT_EQ(e.margin, 0.5);
+  ASSERT_EQ(e.ops.size(), 2U);
+  EXPECT_EQ(e.ops[1].op_code, "all_reduce");
+  EXPECT_EQ(e.ops[1].kernel_duration_us, 50);
+  EXPECT_EQ(e.total_kernel_duration_us, 150);
+  // Without a margin the measurement's own is kept (here: none).
+  EXPECT_FALSE(parse_perf_figures(expectation_json(report(1, 2), std::nullopt, "m"), "e").margin);
+  expect_error([] { expectation_json("{", std::nullopt, "m.json"); }, {"m.json: not JSON"});
+  expect_error([] { expectation_json(report(1, 2), 11, "m.json"); },
+               {"m.json", "the margin 11", "[0, 10]"});
+}
+
+TEST(PerfMachine, ThisMachineRoundTripsAndBadFilesAreNamed) {
+  const Machine here = this_machine();
+  EXPECT_FALSE(here.host.empty());
+  EXPECT_FALSE(here.cpu.empty());
+  EXPECT_GT(here.threads, 0);
+  EXPECT_EQ(parse_machine(machine_json(here), "machine.json"), here);
+  Machine other = here;
+  other.threads += 1;
+  EXPECT_NE(parse_machine(machine_json(other), "machine.json"), here);
+  EXPECT_NE(describe(here).find(here.cpu), std::string::npos);
+  expect_error([] { parse_machine("[", "m.json"); }, {"m.json: not JSON"});
+  expect_error([] { parse_machine(R"({"host": "a", "cpu": "b"})", "m.json"); },
+               {"m.json", "no \"threads\" integer"});
+  expect_error([] { parse_machine(R"({"host": 1, "cpu": "b", "threads": 2})", "m.json"); },
+               {"m.json", "no \"host\" string"});
+  expect_error([] { read_machine("/nonexistent/machine.json"); },
+               {"cannot read '/nonexistent/machine.json'"});
 }
 
 }  // namespace

@@ -2,18 +2,16 @@
 // measurements.json against its perf expectation.
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "src/core/error.hpp"
+#include "src/core/file.hpp"
 #include "src/perf/compare.hpp"
 #include "src/perf/flight.hpp"
 #include "src/perf/measurements.hpp"
@@ -145,11 +143,7 @@ int cmd_plot_ccl(const std::vector<std::string>& args) {
   if (p.help) return kOk;
   require_gnuplot();
   const std::string path = p.vm["json"].as<std::string>();
-  std::ifstream in(path);
-  MESHTEST_CHECK(in.good(), "cannot read '{}': no such file or not readable", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  plot_ccl_busbw(parse_ccl_bench_json(text.str(), path), p.vm["png"].as<std::string>(),
+  plot_ccl_busbw(parse_ccl_bench_json(read_text_file(path), path), p.vm["png"].as<std::string>(),
                  p.vm["title"].as<std::string>());
   fmt::print("wrote {}\n", p.vm["png"].as<std::string>());
   return kOk;
@@ -167,14 +161,6 @@ int cmd_flight(const std::vector<std::string>& args) {
   return kOk;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTEST_CHECK(in.good(), "cannot read '{}': no such file or not readable", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int cmd_check_perf(const std::vector<std::string>& args) {
   po::options_description o("options");
   o.add_options()("margin", po::value<double>(),
@@ -190,22 +176,18 @@ int cmd_check_perf(const std::vector<std::string>& args) {
   if (p.help) return kOk;
   const std::string expected_path = p.vm["expected"].as<std::string>();
   const std::string measured_path = p.vm["measured"].as<std::string>();
-  const std::string measured_text = read_text(measured_path);
+  const std::string measured_text = read_text_file(measured_path);
   const PerfFigures measured = parse_perf_figures(measured_text, measured_path);
   if (p.vm.count("update")) {
-    nlohmann::json j = nlohmann::json::parse(measured_text);
-    if (p.vm.count("margin")) {
-      const double m = p.vm["margin"].as<double>();
-      MESHTEST_CHECK(std::isfinite(m) && m >= 0 && m <= 10,
-                     "check-perf: --margin {} must lie in [0, 10] (0.1 = 10 %)", m);
-      j["margin"] = m;
-    }
-    write_text_atomic(expected_path, j.dump(2) + "\n");
+    const std::optional<double> margin =
+        p.vm.count("margin") ? std::optional(p.vm["margin"].as<double>()) : std::nullopt;
+    write_text_atomic(expected_path,
+                      expectation_json(measured_text, margin, "check-perf --margin"));
     fmt::print("wrote {} ({} ops, total kernel {:.3f} us) from {}\n", expected_path,
                measured.ops.size(), measured.total_kernel_duration_us, measured_path);
     return kOk;
   }
-  const PerfFigures expected = parse_perf_figures(read_text(expected_path), expected_path);
+  const PerfFigures expected = parse_perf_figures(read_text_file(expected_path), expected_path);
   PerfCheckOptions opt{.margin = expected.margin.value_or(0.1),
                        .min_us = p.vm["min-us"].as<double>()};
   if (p.vm.count("margin")) opt.margin = p.vm["margin"].as<double>();

@@ -64,7 +64,8 @@ Tensor reduced_lut(const CclCall& c) {
 /// Slice r along `dim` of a tensor of `whole` shape whose element k (its row-major index in
 /// `whole`) is lut[residue(k)]. One pass; the residue steps by 11 mod 17.
 Tensor fill(const Shape& whole, int dim, Range r, const Tensor& lut) {
-  const auto [start, size] = r;
+  // Plain variables, not a structured binding: clang 14 cannot capture one in the lambda below.
+  const std::int64_t start = r.start, size = r.size;
   const bool flat = whole.rank() == 0;  // a scalar: one element, index 0
   const int d = flat ? 0 : whole.normalize_dim(dim);
   const std::int64_t outer = flat ? 1 : whole.outer(d), inner = flat ? 1 : whole.inner(d);

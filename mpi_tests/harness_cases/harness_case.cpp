@@ -180,7 +180,7 @@ TEST_F(MeshTest, SleepPastDeadline) {  // run with MESHTEST_TEST_TIMEOUT=3
 }
 
 TEST_F(MeshTest, OneRankReturnsOthersWait) {  // a desync: rank 1 never calls the all_reduce
-  MESHTEST_TIMEOUT(3);
+  MESHTEST_TIMEOUT(30);  // far beyond the pass watch's second or so: the job must not wait
   if (rank() == 1) {
     return;
   }

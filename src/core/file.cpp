@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "src/core/error.hpp"
 
@@ -40,6 +41,12 @@ void write_file_atomic(const std::filesystem::path& path,
     fail("cannot write '{}': rename from '{}' failed: {}", path.string(), tmp.string(),
          ec.message());
   }
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MESHTEST_CHECK(in.good(), "cannot read '{}': no such file or not readable", path.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace meshtest

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "src/core/error.hpp"
 #include "src/core/random.hpp"
+#include "src/perf/machine.hpp"
 
 namespace meshtest::kernels {
 
@@ -106,15 +106,8 @@ Timing summarize_runs(std::string name, std::span<const double> ms, double flops
 }
 
 std::string cpu_device_line() {
-  std::string model = "unknown CPU";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with("model name")) continue;
-    const auto colon = line.find(':');
-    if (colon != std::string::npos && colon + 2 <= line.size()) model = line.substr(colon + 2);
-    break;
-  }
-  return fmt::format("device: {}, {} hardware threads", model, std::thread::hardware_concurrency());
+  return fmt::format("device: {}, {} hardware threads", perf::cpu_model_name(),
+                     std::thread::hardware_concurrency());
 }
 
 std::vector<std::string> version_names(const Family& f) {

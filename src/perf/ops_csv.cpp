@@ -5,11 +5,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "src/core/error.hpp"
+#include "src/core/file.hpp"
 #include "src/perf/aggregate.hpp"
 
 namespace meshtest::perf {
@@ -274,11 +273,7 @@ OpsReport parse_ops_csv(std::string_view text, std::string source) {
 }
 
 OpsReport read_ops_csv(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTEST_CHECK(in.good(), "cannot read '{}': no such file or not readable", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_ops_csv(text.str(), path.string());
+  return parse_ops_csv(read_text_file(path), path.string());
 }
 
 }  // namespace meshtest::perf

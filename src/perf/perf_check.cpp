@@ -5,11 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "src/core/error.hpp"
+#include "src/core/file.hpp"
 
 namespace meshtest::perf {
 namespace {
@@ -104,11 +103,19 @@ PerfFigures parse_perf_figures(std::string_view json_text, std::string_view wher
 }
 
 PerfFigures read_perf_figures(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTEST_CHECK(in.good(), "cannot read the perf figures {}", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_perf_figures(text.str(), path.string());
+  return parse_perf_figures(read_text_file(path), path.string());
+}
+
+std::string expectation_json(std::string_view measured_text, std::optional<double> margin,
+                             std::string_view where) {
+  parse_perf_figures(measured_text, where);  // a measurements.json, or an Error naming it
+  json j = json::parse(measured_text);
+  if (margin) {
+    MESHTEST_CHECK(std::isfinite(*margin) && *margin >= 0 && *margin <= 10,
+                   "{}: the margin {} must lie in [0, 10] (0.1 = 10 %)", where, *margin);
+    j["margin"] = *margin;
+  }
+  return j.dump(2) + "\n";
 }
 
 PerfCheck check_perf(const PerfFigures& expected, const PerfFigures& measured,
@@ -134,7 +141,7 @@ PerfCheck check_perf(const PerfFigures& expected, const PerfFigures& measured,
   }
   c.rows.push_back(row("total kernel", expected.total_kernel_duration_us,
                        measured.total_kernel_duration_us, opt));
-  if (expected.total_op_to_op_latency_us && measured.total_op_to_op_latency_us) {
+  if (opt.op_to_op && expected.total_op_to_op_latency_us && measured.total_op_to_op_latency_us) {
     c.rows.push_back(row("total op-to-op", *expected.total_op_to_op_latency_us,
                          *measured.total_op_to_op_latency_us, opt));
   }

@@ -37,6 +37,12 @@ PerfFigures parse_perf_figures(std::string_view json_text, std::string_view wher
 /// parse_perf_figures of the file at `path`; an Error names a file that cannot be read.
 PerfFigures read_perf_figures(const std::filesystem::path& path);
 
+/// An expectations file made from a measurements.json's text: the same figures, with "margin"
+/// set to `margin` (left as it is when nullopt). Throws Error as parse_perf_figures does for
+/// text that is no measurements.json, and for a margin outside [0, 10].
+std::string expectation_json(std::string_view measured_text, std::optional<double> margin,
+                             std::string_view where);
+
 /// The verdict of one row: within the margin, slower than it (a regression), faster than it
 /// (an improvement: worth --update, never a failure).
 enum class PerfVerdict { ok, regression, faster };
@@ -51,6 +57,9 @@ struct PerfRow {
 struct PerfCheckOptions {
   double margin = 0.1;  ///< a row regresses when measured > expected * (1 + margin)
   double min_us = 0.0;  ///< and measured - expected > min_us (timer noise of tiny ops)
+  /// Whether the total op-to-op latency is held too: the host's gaps between calls, which on a
+  /// busy machine are its scheduler's more than the ops'.
+  bool op_to_op = true;
 };
 
 struct PerfCheck {
@@ -62,7 +71,8 @@ struct PerfCheck {
 
 /// Holds `measured` against `expected`, op by op (matched by index: the op codes must agree,
 /// else Error naming the first op that differs, as must the number of ops), then the totals:
-/// kernel duration, op-to-op latency and the e2e mean where both have them.
+/// kernel duration, op-to-op latency (unless opt.op_to_op is false) and the e2e mean where both
+/// have them.
 PerfCheck check_perf(const PerfFigures& expected, const PerfFigures& measured,
                      const PerfCheckOptions& opt);
 

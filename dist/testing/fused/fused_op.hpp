@@ -104,15 +104,21 @@ void check_fused_params(const FusedParams& p);
 /// cache_on and trace. Every set is listed; fused_skip_reason says which ones run here.
 std::vector<FusedParams> fused_grid();
 
-/// MESHTEST_PERF_EXPECTED=DIR: the perf expectations of the fused-op tests, a tree laid out as
-/// the reports (<op>/<RxC>/<param>/device_perf/measurements.json: an earlier run's reports
-/// directory serves as the baseline as it is, or expectation files written by `meshtest-report
-/// check-perf --update`). When set, each device_perf test holds its measurements.json against
-/// the matching file (margin: the file's "margin", else MESHTEST_PERF_MARGIN, default 0.1; one
-/// microsecond of slack per op) and fails on a regression, and each single_device test fails
-/// when it is slower than the multi-device run's by more than the margin. Unset: nothing about
-/// time is asserted; the single_device test still prints its comparison table. The `perf` label
-/// runs these checks (never the default CI: timings there are noise).
+/// MESHTEST_PERF_EXPECTED=DIR: the perf expectations of the fused-op tests, recorded on this
+/// machine, a tree laid out as the reports (<op>/<RxC>/<param>/device_perf/measurements.json)
+/// with DIR/machine.json naming the machine (host, CPU, threads). When set, device perf is the
+/// best of 10 windows of 10 calls, and:
+///   - with MESHTEST_PERF_RECORD=1, each device_perf test writes its figures as the expectation
+///     (margin 1.0: a 2x slowdown fails) and this machine to machine.json;
+///   - else each device_perf test holds its measurements.json against the matching file, op by
+///     op and in total kernel time (margin: the file's "margin", else MESHTEST_PERF_MARGIN,
+///     default 0.1; one microsecond of slack per op) and fails on a regression, a missing file,
+///     or a machine.json of another machine; each single_device test fails when it is slower
+///     than the multi-device run's (same run) by more than MESHTEST_PERF_MARGIN, else 1.0; and
+///     both skip, saying so, while DIR holds no machine.json.
+/// Unset: nothing about time is asserted; the single_device test still prints its comparison
+/// table. `./launch/meshtest test --perf [--record]` runs these checks (label perf), one test
+/// at a time; the default suite never does.
 std::optional<std::filesystem::path> fused_perf_baseline();
 
 /// The mesh of a case without one of its own (FusedOpCase::mesh): MESHTEST_FUSED_MESH=RxC when
@@ -268,9 +274,10 @@ perf::Aggregate write_fused_device_perf(std::span<const perf::OpRecord> records,
                                         const std::string& label);
 
 /// Device perf (collective over run.mesh() in mesh runs; one device in chunk runs): 10 warm-up
-/// calls, then 10 calls between signposts with the profiler on, records gathered to device 0,
-/// which writes the report to `dir` (write_fused_device_perf). Returns the ops_perf path on
-/// device 0 (empty elsewhere).
+/// calls, then 10 calls between signposts with the profiler on (the best of 10 such windows when
+/// MESHTEST_PERF_EXPECTED is set), records gathered to device 0, which writes the report to
+/// `dir` (write_fused_device_perf) and records or checks the expectation (see
+/// fused_perf_baseline). Returns the ops_perf path on device 0 (empty elsewhere).
 std::filesystem::path fused_device_perf(const MeshRun& run, const FusedOpCase& c,
                                         const FusedInputs& in, const FusedSetup& s,
                                         const std::filesystem::path& dir);

@@ -5,11 +5,14 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "dist/ccl/copy.hpp"
@@ -32,14 +35,20 @@ namespace meshtest::dist::detail {
 ///
 /// Waiting spins (x86 pause) and then yields; when the node holds more ranks than cores
 /// (mpirun --oversubscribe) it yields at once and steps move whole slots (fewer steps, fewer
-/// context switches); otherwise steps move a quarter slot (measured best on 2 ranks). A device
-/// that never arrives leaves the others waiting inside the collective, where the test harness's
-/// watchdog sees them, as it sees a rank waiting inside an MPI collective.
+/// context switches); otherwise steps move a quarter slot (measured best on 2 ranks). A wait
+/// longer than kSleepAfter (a peer that lags: stalled, failed, or not scheduled on a busy
+/// machine) sleeps between looks, from 20 us doubling to 0.5 ms, and leaves the cores to the
+/// processes that have work. A device that never arrives leaves the others waiting inside the
+/// collective, where the test harness's watchdog sees them, as it sees a rank waiting inside an
+/// MPI collective.
 ///
 /// The collectives over the window are ShmGroup's (shm.hpp); a ShmWindow is made only as one.
 class ShmWindow {
  public:
   static constexpr std::size_t kSlots = 4;
+  /// A wait sleeps between looks once it has lasted this long (see the class comment): far
+  /// above a step's time on an idle node (tens of microseconds), so the benches never sleep.
+  static constexpr std::chrono::milliseconds kSleepAfter{2};
   /// From this many devices on, steps move whole slots (see chunk()), and all_to_all leaves
   /// blocks of ShmGroup::kSingleCopyBlock bytes or more to MPI (ShmGroup::window_all_to_all).
   static constexpr int kManyDevices = 8;
@@ -170,15 +179,29 @@ inline std::byte* ShmWindow::slot(int device, std::size_t s) const {
 }
 
 inline void ShmWindow::wait_all(std::size_t which, std::uint64_t target) const {
+  int spins = 0;
+  long yields = 0;
+  bool sleeping = false;
+  std::chrono::steady_clock::time_point since;
+  std::chrono::microseconds nap{20};
   for (int j = 0; j < size_; ++j) {
     const std::atomic<std::uint64_t>& c = counter(j, which);
-    int spins = 0;
     while (c.load(std::memory_order_acquire) < target) {
-      if (!yield_ && ++spins < 4096) {
+      if (!yield_ && spins < 4096) {
+        ++spins;
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
+      } else if (sleeping) {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(2 * nap, std::chrono::microseconds(500));
       } else {
+        // The clock is read once per 64 yields (a yield costs a microsecond or more).
+        if (yields++ % 64 == 0) {
+          const auto now = std::chrono::steady_clock::now();
+          if (yields == 1) since = now;
+          sleeping = now - since >= kSleepAfter;
+        }
         sched_yield();
       }
     }
