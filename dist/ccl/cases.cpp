@@ -128,13 +128,15 @@ Shape input_shape(const CclCall& c, int j) {
 }
 
 /// Slice r along dim of device j's input.
+/// input_shape checks j first: the table of device j is read only for a device of the call.
 Tensor input_slice(const CclCall& c, int j, Range r) {
-  return fill(input_shape(c, j), c.dim, r,
-              input_lut(c.devices[static_cast<std::size_t>(j)], c.dtype));
+  const Shape shape = input_shape(c, j);
+  return fill(shape, c.dim, r, input_lut(c.devices[static_cast<std::size_t>(j)], c.dtype));
 }
 
 Tensor input(const CclCall& c, int j) {
-  return fill_all(input_shape(c, j), input_lut(c.devices[static_cast<std::size_t>(j)], c.dtype));
+  const Shape shape = input_shape(c, j);
+  return fill_all(shape, input_lut(c.devices[static_cast<std::size_t>(j)], c.dtype));
 }
 
 // ---- expected outputs ----------------------------------------------------------------------
