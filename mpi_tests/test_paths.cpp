@@ -1,9 +1,10 @@
-// The CCLs' path seam: an operand in device memory goes to the installed device path and only
-// there, host tensors never do; no device path, a path declining, memory that differs across the
-// group, an operand's own error and a trace of device memory are each an Error on every device;
-// a reduction's numerics (the option, MESHTEST_GPU_REDUCE) reach the path as agreed. The "device"
-// memory here is host memory labelled cuda:0, moved by a stand-in path that delegates to the MPI
-// path.
+// The CCLs' path seam for device memory: an operand in device memory goes to a path registered
+// for that memory and only there, host tensors never do; no such path, every path declining,
+// memory that differs across the group, an operand's own error and a trace of device memory are
+// each an Error on every device; a reduction's numerics (the option, MESHTEST_GPU_REDUCE) reach
+// the path as agreed. The "device" memory here is host memory labelled cuda:0, moved by a
+// stand-in path that delegates to the registered MPI path. (A host path of a test's own, and the
+// choice of a path per call: test_path_plugin.cpp.)
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -12,9 +13,9 @@
 
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/front_end.hpp"
-#include "dist/ccl/paths/choose.hpp"
-#include "dist/ccl/paths/mpi/mpi_path.hpp"
+#include "dist/ccl/path_registry.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
+#include "mpi_tests/support/ccl_paths.hpp"
 #include "mpi_tests/support/scoped_env.hpp"
 #include "src/core/tensor.hpp"
 #include "src/perf/trace.hpp"
@@ -23,9 +24,10 @@ namespace meshtest::dist {
 namespace {
 
 using ccl_test::expect_error;
+using ccl_test::path_input;
 using detail::Call;
 using detail::Path;
-using detail::PathKind;
+using detail::PathInfo;
 
 /// t's bytes labelled as memory of cuda:0 (never dereferenced as such: the stand-in path moves
 /// them on the host).
@@ -47,28 +49,31 @@ MakeOutput gpu_output(Tensor& out) {
 /// the MPI path does.
 class RecordingPath final : public Path {
  public:
-  PathKind kind() const override { return PathKind::device; }
+  const PathInfo& info() const override {
+    static constexpr PathInfo kInfo{.name = "test_device", .memory = Memory::Kind::cuda};
+    return kInfo;
+  }
   bool all_gather(Call& call, const detail::AllGatherExchange& x) override {
     taken.emplace_back("all_gather");
-    return detail::mpi_path().all_gather(call, x);
+    return ccl_test::registered_path("mpi").all_gather(call, x);
   }
   bool reduce_scatter(Call& call, const detail::ReduceScatterExchange& x) override {
     taken.emplace_back("reduce_scatter");
     numerics.push_back(x.numerics);
-    return detail::mpi_path().reduce_scatter(call, x);
+    return ccl_test::registered_path("mpi").reduce_scatter(call, x);
   }
   bool all_reduce(Call& call, const detail::AllReduceExchange& x) override {
     taken.emplace_back("all_reduce");
     numerics.push_back(x.numerics);
-    return detail::mpi_path().all_reduce(call, x);
+    return ccl_test::registered_path("mpi").all_reduce(call, x);
   }
   bool all_to_all(Call& call, const detail::AllToAllExchange& x) override {
     taken.emplace_back("all_to_all");
-    return detail::mpi_path().all_to_all(call, x);
+    return ccl_test::registered_path("mpi").all_to_all(call, x);
   }
   bool broadcast(Call& call, const detail::BroadcastExchange& x) override {
     taken.emplace_back("broadcast");
-    return detail::mpi_path().broadcast(call, x);
+    return ccl_test::registered_path("mpi").broadcast(call, x);
   }
   std::vector<std::string> taken;
   std::vector<Numerics> numerics;  ///< of each reduction taken
@@ -77,34 +82,19 @@ class RecordingPath final : public Path {
 /// A device path that declines every exchange.
 class DecliningPath final : public Path {
  public:
-  PathKind kind() const override { return PathKind::device; }
+  const PathInfo& info() const override {
+    static constexpr PathInfo kInfo{.name = "test_declining", .memory = Memory::Kind::cuda};
+    return kInfo;
+  }
 };
 
-/// Installs `path` as the device path for a scope (nullptr: none).
-class DevicePath {
- public:
-  explicit DevicePath(Path* path) : previous_(detail::set_device_path(path)) {}
-  ~DevicePath() { detail::set_device_path(previous_); }
-  DevicePath(const DevicePath&) = delete;
-  DevicePath& operator=(const DevicePath&) = delete;
-
- private:
-  Path* previous_;
-};
-
-/// [3, 2p + 1] f32, element k = 1000 * (device + 1) + k (exact), uneven along dim 1 for p > 1.
-Tensor input(const MeshDevice& mesh) {
-  const std::int64_t cols = 2 * mesh.size() + 1;
-  std::vector<float> v(static_cast<std::size_t>(3 * cols));
-  std::iota(v.begin(), v.end(), static_cast<float>(1000 * (mesh.device_id() + 1)));
-  return Tensor::from_vector(Shape{3, cols}, v);
-}
+using DevicePath = detail::ScopedPath;
 
 TEST(CclPaths, DeviceMemoryTakesTheDevicePathWithTheHostResults) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = input(mesh);
+  const Tensor x = path_input(mesh);
   RecordingPath device;
-  const DevicePath installed(&device);
+  const DevicePath installed(device);
   const std::vector<std::int64_t> counts = split_sizes(x.shape()[1], mesh.size());
   Tensor out;
 
@@ -137,36 +127,37 @@ TEST(CclPaths, DeviceMemoryTakesTheDevicePathWithTheHostResults) {
 
 TEST(CclPaths, DeviceMemoryWithoutADevicePathIsAnError) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = input(mesh);
-  const DevicePath none(nullptr);
-  Tensor out;
+  const Tensor x = path_input(mesh);
+  Tensor out;  // this binary registers no path for cuda memory
   expect_error(mesh, kAllAxes, "all_gather",
                [&] { detail::all_gather(mesh, on_gpu(x), {.dim = 1}, gpu_output(out)); },
                {"all_gather on axis all",
-                "a tensor in cuda memory needs the GPU path, and none is installed"});
+                "no path moves this call's data (operand in cuda memory; "
+                "the paths of that memory: none)"});
   expect_error(mesh, kAllAxes, "broadcast",
                [&] { detail::broadcast(mesh, on_gpu(x), {}, gpu_output(out)); },
-               {"broadcast on axis all", "a tensor in cuda memory needs the GPU path"});
+               {"broadcast on axis all", "operand in cuda memory; the paths of that memory: none"});
 }
 
 TEST(CclPaths, EveryPathDecliningIsAnError) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = input(mesh);
+  const Tensor x = path_input(mesh);
   DecliningPath declining;
-  const DevicePath installed(&declining);
+  const DevicePath installed(declining);
   Tensor out = x;
-  expect_error(
-      mesh, kAllAxes, "all_reduce",
-      [&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {}, false); },
-      {"all_reduce on axis all", "no path moves this call's data (operand in cuda memory)"});
+  expect_error(mesh, kAllAxes, "all_reduce",
+               [&] { detail::all_reduce(mesh, on_gpu(x), on_gpu(out), {}, false); },
+               {"all_reduce on axis all",
+                "no path moves this call's data (operand in cuda memory; the "
+                "paths of that memory: test_declining)"});
 }
 
 TEST(CclPaths, MemoryDifferingAcrossTheGroupIsAnErrorNamingTheDevice) {
   const MeshDevice mesh = MeshDevice::line();
   if (mesh.size() < 2) GTEST_SKIP() << "one device cannot disagree with itself";
-  const Tensor x = input(mesh);
+  const Tensor x = path_input(mesh);
   RecordingPath device;  // device 0 would take it, were the group agreed
-  const DevicePath installed(&device);
+  const DevicePath installed(device);
   const bool gpu = mesh.device_id() == 0;
   const CclArg arg = gpu ? on_gpu(x) : host_arg(x);
   Tensor out;
@@ -189,9 +180,9 @@ TEST(CclPaths, MemoryDifferingAcrossTheGroupIsAnErrorNamingTheDevice) {
 TEST(CclPaths, TracingDeviceMemoryIsAnError) {
   const MeshDevice mesh = MeshDevice::line();
   RecordingPath device;
-  const DevicePath installed(&device);
+  const DevicePath installed(device);
   perf::Trace trace;
-  Tensor& x = trace.input(input(mesh));
+  Tensor& x = trace.input(path_input(mesh));
   Tensor out(x.shape(), x.dtype());  // zeros; the sum of the inputs is not
   expect_error(
       mesh, kAllAxes, "all_reduce in a capture",
@@ -202,9 +193,9 @@ TEST(CclPaths, TracingDeviceMemoryIsAnError) {
 
 TEST(CclPaths, AnOperandsOwnErrorIsReportedOnEveryDevice) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = input(mesh);
+  const Tensor x = path_input(mesh);
   RecordingPath device;
-  const DevicePath installed(&device);
+  const DevicePath installed(device);
   CclArg arg = on_gpu(x);
   if (mesh.device_id() == mesh.size() - 1) arg.error = "x is on the wrong GPU";
   Tensor out;
@@ -218,9 +209,9 @@ TEST(CclPaths, AnOperandsOwnErrorIsReportedOnEveryDevice) {
 
 TEST(CclPaths, NumericsReachTheDevicePathAsAgreed) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = input(mesh);
+  const Tensor x = path_input(mesh);
   RecordingPath device;
-  const DevicePath installed(&device);
+  const DevicePath installed(device);
   Tensor reduced = x, scattered;
   // One all_reduce and one reduce_scatter on device memory with the option n.
   const auto reduce = [&](Numerics n) {
@@ -248,9 +239,9 @@ TEST(CclPaths, NumericsReachTheDevicePathAsAgreed) {
 
 TEST(CclPaths, BadNumericsAreErrorsOnEveryDevice) {
   const MeshDevice mesh = MeshDevice::line();
-  const Tensor x = input(mesh);
+  const Tensor x = path_input(mesh);
   RecordingPath device;
-  const DevicePath installed(&device);
+  const DevicePath installed(device);
   Tensor out = x;
   {
     const test_support::ScopedEnv env("MESHTEST_GPU_REDUCE", "fast");

@@ -10,7 +10,10 @@ Fails (exit 1, one report per finding with file:line and the include chain) on
   - an include against the layer order (LAYERS below, the order of docs/design.md: a layer
     includes only itself and the layers before it), or of a file outside src/ and dist/,
   - a folder under src/ or dist/ that is not in LAYERS, or LAYERS disagreeing with the folder
-    list of docs/design.md.
+    list of docs/design.md,
+  - an include of a plug-in folder (SEAMS: the CCLs' paths, dist/ccl/paths/<path>/) from
+    outside it (the front end reaches a path only through its registry), or of one plug-in
+    from another, unless PLUGIN_DEPENDENCIES lists the pair.
 Exit 0 when all hold, 2 on bad usage. Registered in CTest as layering.includes (label unit).
 """
 
@@ -46,6 +49,16 @@ LAYERS = [
 # Includes allowed against the order, as (from layer, to layer): why. None today: every
 # include of src/ and dist/ follows the order.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+# Folders of plug-ins, one sub-folder each: nothing outside a plug-in includes it (the CCLs'
+# paths register themselves, dist/ccl/path_registry.hpp, so the front end names none).
+SEAMS = ["dist/ccl/paths"]
+
+# Plug-ins that build on another, as (from, to): why.
+PLUGIN_DEPENDENCIES = {
+    ("dist/ccl/paths/node_chain", "dist/ccl/paths/shm"):
+        "the node chain reduces within each node through the shared-memory path's window",
+}
 
 # Headers of MPI, which nothing under src/ may include.
 MPI_HEADERS = {"mpi.h", "mpi.hpp", "mpicxx.h"}
@@ -115,6 +128,31 @@ def layer(rel):
         ):
             best = name
     return best
+
+
+def plugin(rel):
+    """(seam, plug-in folder) of a path inside a plug-in folder, else None."""
+    for seam in SEAMS:
+        if rel.startswith(seam + "/"):
+            name = rel[len(seam) + 1:].split("/", 1)[0]
+            if "/" in rel[len(seam) + 1:]:
+                return seam, f"{seam}/{name}"
+    return None
+
+
+def plugin_finding(rel, target):
+    """Why rel may not include target (both repository-relative), or None."""
+    to = plugin(target)
+    if to is None:
+        return None
+    here = plugin(rel)
+    if here is None:
+        return (f"{to[1]} is a plug-in of {to[0]}: nothing outside it includes it (the front end "
+                "reaches it through its registry)")
+    if here[1] == to[1] or (here[1], to[1]) in PLUGIN_DEPENDENCIES:
+        return None
+    return (f"{here[1]} may not include {to[1]}: one plug-in includes another only where "
+            "PLUGIN_DEPENDENCIES (tools/check_layers.py) says why")
 
 
 def design_layers(root):
@@ -241,6 +279,9 @@ def check(root):
             if module(target) != module(rel):
                 edges.setdefault(module(rel), {}).setdefault(module(target),
                                                              (rel, number, name))
+            why = plugin_finding(rel, target)
+            if why is not None:
+                findings.append([f"{where}: includes {shown}: {why}"])
             there = layer(target)
             if here is None or there is None or here == there:
                 continue

@@ -1,10 +1,10 @@
 // all_gather: each device's piece, placed along `dim` in axis order. The front end agrees and
-// plans the pieces; a path moves them (paths/choose.hpp).
+// plans the pieces; a path moves them (exchange.hpp).
 #include "dist/ccl/all_gather.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/exchange.hpp"
 #include "dist/ccl/front_end.hpp"
-#include "dist/ccl/paths/choose.hpp"
 
 namespace meshtest::dist {
 
@@ -19,7 +19,7 @@ void detail::all_gather(const MeshDevice& mesh, const CclArg& x, const AllGather
                         const MakeOutput& make_out) {
   Call call("all_gather", mesh, opt.axis, x, {{"dim", opt.dim}});
   const int d = call.dim("dim", opt.dim);
-  call.agree({{"dim", opt.dim}}, {.free_dim = d});
+  call.agree({{"dim", opt.dim}}, {.free_dim = d, .path = opt.path});
   const auto plan = call.plan<BlockPlan>([&] {
     // Device i contributes n_i along d (any sizes, e.g. array_split shards).
     auto pl = std::make_shared<BlockPlan>();

@@ -1,10 +1,11 @@
 // all_reduce: every element reduced in axis order by detail::reduce on one device and spread to
-// the others, through the path that takes it (paths/choose.hpp); out of place or in place.
+// the others, through the path that takes it (exchange.hpp); out of place or in place.
 #include "dist/ccl/all_reduce.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/exchange.hpp"
 #include "dist/ccl/front_end.hpp"
-#include "dist/ccl/paths/choose.hpp"
+#include "dist/ccl/numerics.hpp"
 
 namespace meshtest::dist {
 
@@ -19,12 +20,9 @@ void detail::all_reduce(const MeshDevice& mesh, const CclArg& x, const CclArg& o
                         const AllReduceOptions& opt, bool in_place) {
   Call call(in_place ? "all_reduce_inplace" : "all_reduce", mesh, opt.axis, x,
             {{.key = "op", .text = reduce_op_name(opt.op)}});
-  // Whether a group spanning nodes may take the node chain: agreed, as every device must take
-  // the same path.
-  const AgreedOption path_option = all_reduce_path_option();
   const AgreedOption numerics = numerics_option(call, opt.numerics);
-  call.agree({{"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, path_option, numerics},
-             {.out = &out});
+  call.agree({{"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, numerics},
+             {.out = &out, .path = opt.path});
   call.check_reduce_op(opt.op, x.dtype);
   call.perf().attr("op", reduce_op_name(opt.op));
   call.output(out);
@@ -35,8 +33,7 @@ void detail::all_reduce(const MeshDevice& mesh, const CclArg& x, const CclArg& o
             .n = x.numel(),
             .t = x.dtype,
             .op = opt.op,
-            .numerics = static_cast<Numerics>(numerics.value),
-            .node_chain_mode = path_option.value});
+            .numerics = static_cast<Numerics>(numerics.value)});
 }
 
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt) {

@@ -1,13 +1,13 @@
 // all_to_all and all_to_all_v: blocks along split_dim, placed along concat_dim. The front ends
-// agree and plan the blocks; a path moves them (paths/choose.hpp).
+// agree and plan the blocks; a path moves them (exchange.hpp).
 #include "dist/ccl/all_to_all.hpp"
 
 #include <algorithm>
 #include <numeric>
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/exchange.hpp"
 #include "dist/ccl/front_end.hpp"
-#include "dist/ccl/paths/choose.hpp"
 
 namespace meshtest::dist {
 
@@ -71,12 +71,13 @@ void all_to_all(const MeshDevice& mesh, const CclArg& x, const AllToAllOptions& 
   const int s = call.dim("split_dim", opt.split_dim);
   const int c = call.dim("concat_dim", opt.concat_dim);
   // Pieces are concatenated along c: unless c == s they must also agree in size along s.
-  Agreement a{.free_dim = s};
+  Agreement a{.free_dim = s, .path = opt.path};
   if (s != c) {
     a = {.free_dim = -1,
          .note = fmt::format(" (split_dim {} differs from concat_dim {}, so the pieces, "
                              "concatenated along dim {}, must also agree along dim {})",
-                             s, c, c, s)};
+                             s, c, c, s),
+         .path = opt.path};
   }
   call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, a);
   run(call, x, call.plan<AllToAllPlan>([&] {
@@ -112,7 +113,8 @@ void all_to_all_v(const MeshDevice& mesh, const CclArg& x,
     call.local_error("send_counts sum to {} but x {} has {} along split_dim {}", sum, describe(x),
                      x.shape[s], s);
   }
-  call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}}, {.free_dim = s});
+  call.agree({{"split_dim", opt.split_dim}, {"concat_dim", opt.concat_dim}},
+             {.free_dim = s, .path = opt.path});
 
   std::vector<std::int64_t> m(p * p);
   MESHTEST_MPI(MPI_Allgather(send_counts.data(), static_cast<int>(p), MPI_INT64_T, m.data(),

@@ -1,10 +1,10 @@
 // broadcast: the root's shape and dtype travel in the metadata, then a path moves the data
-// (paths/choose.hpp).
+// (exchange.hpp).
 #include "dist/ccl/broadcast.hpp"
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/exchange.hpp"
 #include "dist/ccl/front_end.hpp"
-#include "dist/ccl/paths/choose.hpp"
 
 namespace meshtest::dist {
 
@@ -23,7 +23,7 @@ void detail::broadcast(const MeshDevice& mesh, const CclArg& x, const BroadcastO
                      opt.root, call.size());
   }
   // Only the root's x counts: the others learn its shape and dtype from the metadata.
-  call.agree({{"root", opt.root}}, {.tensors = false});
+  call.agree({{"root", opt.root}}, {.tensors = false, .path = opt.path});
   const Meta& root = call.group()[static_cast<std::size_t>(opt.root)];
   const CclArg out = make_out(root.shape(), root.dtype_value());
   call.perf().attr("root", opt.root);

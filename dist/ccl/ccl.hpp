@@ -2,8 +2,10 @@
 //
 // Each collective is a thin front end (dist/ccl/<collective>.cpp: checks, agreement, profiler
 // scope, flight record, the plan of the call's geometry) over paths, each a folder of
-// dist/ccl/paths implementing the interface of dist/ccl/path.hpp; dist/ccl/paths/choose.cpp
-// orders them per call, and the first that takes the exchange moves the data. On host memory,
+// dist/ccl/paths implementing the interface of dist/ccl/path.hpp and registering itself
+// (dist/ccl/path_registry.hpp); a call tries the registered paths of its operand's memory by
+// priority, and the first that takes the exchange moves the data (a test or bench may name one:
+// the option `path`, MESHTEST_CCL_PATH). On host memory,
 // per communicator (a mesh axis, or the whole mesh for kAllAxes), decided at its first agreed
 // call and agreed across the group:
 //   - shared memory (paths/shm: detail::ShmGroup, one MPI-3 shared window) when it has more

@@ -8,9 +8,8 @@
 #include <climits>
 #include <map>
 
-#include "dist/ccl/arena/arena.hpp"
 #include "dist/ccl/group_calls.hpp"
-#include "dist/ccl/paths/shm/shm.hpp"
+#include "dist/ccl/path_registry.hpp"
 #include "dist/ccl/private_comm.hpp"
 
 namespace meshtest::dist {
@@ -91,6 +90,12 @@ std::string show_reduce_op(std::int64_t op) {
   return std::string(reduce_op_name(static_cast<ReduceOp>(op)));
 }
 
+void AgreedOptions::add(const AgreedOption& o) {
+  MESHTEST_CHECK(n_ < kMax, "a collective agrees on at most {} options; adding '{}' is one more",
+                 kMax, o.name);
+  v_[n_++] = o;
+}
+
 // The log fields: the op's own, then the axis.
 std::array<LogField, 4> log_fields(std::initializer_list<LogField> detail, int axis) {
   std::array<LogField, 4> out{};
@@ -160,14 +165,21 @@ void Call::fail_message(const std::string& message) const {
   dist::fail("{} on axis {} of mesh {}: {}", op_, axis_name(axis_), mesh_.str(), message);
 }
 
-void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
+void Call::agree(std::initializer_list<AgreedOption> given, Agreement a) {
+  AgreedOptions options;
+  for (const AgreedOption& o : given) options.add(o);
+  for (const Path* p : registered_paths()) p->agreed_options(op_, options);
+  PathChoice choice = choose_path(a.path, x_.where);
+  if (!choice.error.empty()) record(std::move(choice.error));
+  chosen_ = choice.path;
+  if (chosen_ != nullptr) options.add(path_option(*chosen_));
   // The signature every device must share (the free dim's size included: uneven pieces take
   // the full path, which learns every size).
   perf::Signature sig(op_);
   sig.add("axis", axis_).add("p", size_);
   // The kind of memory (not the ordinal: each device has its own GPU); host memory adds nothing.
   if (!x_.where.is_host()) sig.add("memory", static_cast<std::int64_t>(x_.where.kind));
-  for (const AgreedOption& o : options) sig.add(o.name, o.value);
+  for (const AgreedOption& o : options.all()) sig.add(o.name, o.value);
   std::uint64_t recorded = 0;  // the flight recorder's: without the free dim's size
   if (a.tensors) {
     Shape s = x_.shape;
@@ -181,35 +193,10 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
   GroupCalls& calls = group_calls(comm_);
   seq_ = ++calls.n;
   ccl_log_agreeing(recorded, seq_, &calls.members);
-  bool same = !error_;
-  if (size_ > 1) {
-    // The call's count on this communicator goes into the hash: a device that skipped or
-    // added a collective disagrees here even when the calls look alike.
-    const std::uint64_t h = sig.hash() ^ (seq_ * 0x9E3779B97F4A7C15ULL);
-    shm_ = ShmGroup::find(comm_);
-    if (shm_ != nullptr) {
-      // One shared-memory step, which also tells every device where the others' inputs (and
-      // outputs, when given) lie when they are in the node arena (read and written in place:
-      // ShmGroup::arena_inputs, arena_outputs).
-      const auto handle = [](const CclArg* t) {
-        return t != nullptr && t->where.is_host() && !t->empty()
-                   ? NodeArena::offset_in_open(t->data, t->nbytes()).value_or(ShmWindow::kNoHandle)
-                   : ShmWindow::kNoHandle;
-      };
-      same = shm_->agree(h, error_.has_value(), handle(&x_), handle(a.out));
-    } else {
-      std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
-                                    error_ ? 1 : 0};
-      MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
-      // max(h) == ~max(~h) == min(h): every hash is equal.
-      same = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
-      // The group agrees, so every device is here: make the shared-memory group (once).
-      if (same && a.tensors) {
-        ShmGroup::establish(comm_);
-        shm_ = ShmGroup::find(comm_);
-      }
-    }
-  }
+  // The call's count on this communicator goes into the hash: a device that skipped or added a
+  // collective disagrees here even when the calls look alike.
+  const bool same =
+      size_ <= 1 ? !error_ : agree_step(sig.hash() ^ (seq_ * 0x9E3779B97F4A7C15ULL), a);
   uniform_ = same && a.tensors;
   if (uniform_) {
     group_.assign(static_cast<std::size_t>(size_), meta());
@@ -217,9 +204,27 @@ void Call::agree(std::initializer_list<AgreedOption> options, Agreement a) {
     plan_key_ = std::move(sig.add("index", index_));
     return;
   }
-  full_agree(options, a);
+  full_agree(options.all(), a);
   for (const Meta& m : group_) sig.add("device", m.shape(), m.dtype_value());
   plan_key_ = std::move(sig.add("index", index_));
+}
+
+bool Call::agree_step(std::uint64_t h, const Agreement& a) {
+  for (Path* p : registered_paths()) {
+    if (const std::optional<bool> same = p->agree_step(comm_, h, error_.has_value(), x_, a.out)) {
+      return *same;
+    }
+  }
+  std::array<std::int64_t, 3> v{static_cast<std::int64_t>(h), static_cast<std::int64_t>(~h),
+                                error_ ? 1 : 0};
+  MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT64_T, MPI_MAX, comm_));
+  // max(h) == ~max(~h) == min(h): every hash is equal.
+  const bool same = v[0] == ~v[1] && v[2] == 0 && v[0] == static_cast<std::int64_t>(h);
+  // The group agrees, so every device is here: the paths' set-up that needs them all.
+  if (same && a.tensors) {
+    for (Path* p : registered_paths()) p->agreed(comm_);
+  }
+  return same;
 }
 
 int Call::device_of(int index) const {
@@ -229,7 +234,7 @@ int Call::device_of(int index) const {
   return index;
 }
 
-void Call::full_agree(std::initializer_list<AgreedOption> options, const Agreement& a) {
+void Call::full_agree(std::span<const AgreedOption> options, const Agreement& a) {
   Meta mine = meta();
   mine.device = mesh_.device_id();
   mine.error = error_ ? 1 : 0;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/ccl/agreement.hpp"
 #include "dist/ccl/block_layout.hpp"
 #include "dist/ccl/ccl_arg.hpp"
 #include "dist/ccl/ccl_log.hpp"
@@ -30,32 +31,25 @@
 
 namespace meshtest::dist::detail {
 
-class ShmGroup;
-
-/// An option that every device of the group must pass with the same value.
-struct AgreedOption {
-  std::string_view name;
-  std::int64_t value = 0;
-  std::string (*show)(std::int64_t) = nullptr;  ///< how to print a value (default: the number)
-};
-
-/// An AgreedOption printer for ReduceOp values: "sum", "max", ...
-std::string show_reduce_op(std::int64_t op);
+class Path;
 
 /// What agree() checks beyond the agreed options.
 struct Agreement {
   bool tensors = true;    ///< dtype and shape must agree (false: only the options; broadcast)
   int free_dim = -1;      ///< a dim whose size may differ across devices (-1: none)
   std::string note = {};  ///< appended to a shape mismatch message: why the shapes must agree
-  /// The output, when it exists before the agreement (all_reduce): a host output in the node
-  /// arena is announced with the input, so the shared-memory path may write every device's
-  /// output in place (ShmGroup::arena_outputs).
+  /// The output, when it exists before the agreement (all_reduce): the paths' agreement steps
+  /// see it with the input (the shared-memory path announces one in the node arena, so it may
+  /// write every device's output in place).
   const CclArg* out = nullptr;
+  /// The call's option `path` (a path's name; empty: MESHTEST_CCL_PATH, else the registry's
+  /// order; path_registry.hpp).
+  std::string_view path = {};
 };
 
 /// One device's view of a call; gathered from every device of the axis group.
 struct Meta {
-  static constexpr int kMaxOptions = 3;
+  static constexpr std::size_t kMaxOptions = AgreedOptions::kMax;
   std::array<std::int64_t, Shape::kMaxRank> dims{};
   std::array<std::int64_t, kMaxOptions> options{};
   std::int32_t dtype = 0;
@@ -87,10 +81,11 @@ struct Meta {
 /// collective, or skipping one, or passing host memory where the others pass GPU memory) is an
 /// error in the collective where it happens, never a hang: "desync: device 2 called all_gather
 /// as collective #5 of this group, but devices 0, 1, 3 called all_reduce #5", and each device
-/// of the group dumps its flight recorder (ccl_log.hpp). Once the group's communicator has its
-/// shared-memory group (made after the first agreement; paths/shm/shm.hpp), the hash exchange
-/// is one shared-memory step instead of the MPI_Allreduce. The data then moves through the
-/// first path that takes it (paths/choose.hpp), by run().
+/// of the group dumps its flight recorder (ccl_log.hpp). A path may offer a faster agreement step
+/// than the MPI_Allreduce on the group's communicator (Path::agree_step: the shared-memory path's
+/// once its window exists), and options of its own (Path::agreed_options). The data then moves
+/// through the chosen path or the first registered one that takes it (path_registry.hpp), by
+/// run().
 class Call {
  public:
   /// `op` and the fields' keys and texts must be string literals (see LogField).
@@ -109,9 +104,9 @@ class Call {
   MPI_Comm comm() const { return comm_; }
   /// Where this device's operand lives (agreed across the group, by kind, after agree()).
   Memory memory() const { return x_.where; }
-  /// The shared-memory group of the axis communicator (paths/shm/shm.hpp), or nullptr: no
-  /// group (one device, devices on several nodes, or turned off). Valid after agree().
-  ShmGroup* shm() const { return shm_; }
+  /// The path chosen for the call (its option path or MESHTEST_CCL_PATH), or nullptr: the
+  /// registry's order. Valid after agree().
+  Path* chosen() const { return chosen_; }
   /// This device's operand.
   const CclArg& input() const { return x_; }
   int size() const { return size_; }    ///< devices in the axis group (p)
@@ -125,10 +120,10 @@ class Call {
   void local_error(fmt::format_string<Args...> f, Args&&... args) {
     record(fmt::format(f, std::forward<Args>(args)...));
   }
-  /// Collective: agrees on the signature (see the class comment); when it differs, gathers
-  /// every device's metadata and checks, identically on every device, the
-  /// recorded local errors, then the agreed options, then dtype and shape (unless
-  /// !a.tensors). Throws the same meshtest::Error on every device of the group.
+  /// Collective: agrees on the signature (see the class comment), with `options`, the paths'
+  /// options and the chosen path; when it differs, gathers every device's metadata and checks,
+  /// identically on every device, the recorded local errors, then the agreed options, then
+  /// dtype and shape (unless !a.tensors). Throws the same meshtest::Error on every device.
   void agree(std::initializer_list<AgreedOption> options, Agreement a = {});
   /// Every device's metadata in axis order (valid after agree()).
   const std::vector<Meta>& group() const { return group_; }
@@ -181,7 +176,8 @@ class Call {
  private:
   void record(std::string message);
   Meta meta() const;  // this device's, without the device id, error flag, op and count
-  void full_agree(std::initializer_list<AgreedOption> options, const Agreement& a);
+  void full_agree(std::span<const AgreedOption> options, const Agreement& a);
+  bool agree_step(std::uint64_t h, const Agreement& a);
   void check_same_collective() const;
   void check_traceable() const;
   int device_of(int index) const;
@@ -201,7 +197,7 @@ class Call {
   std::optional<std::string> error_;
   std::vector<Meta> group_;
   bool uniform_ = false;
-  ShmGroup* shm_ = nullptr;
+  Path* chosen_ = nullptr;
   std::uint64_t seq_ = 0;  // this call's count on comm_
   perf::Signature plan_key_{""};
 };

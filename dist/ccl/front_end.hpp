@@ -2,7 +2,7 @@
 // API (all_gather.hpp, ...) calls with host tensors, and a device API with tensors on a GPU.
 // Each does what every path shares (checks, agreement, profiler scope, flight record, the plan
 // of the call's geometry) and moves the data through the first path that takes it
-// (paths/choose.hpp). The contracts are the host API's, whose headers state them.
+// (exchange.hpp). The contracts are the host API's, whose headers state them.
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,23 @@
-// path: the interface every CCL path implements (shared memory, node chain, MPI, a GPU path):
-// the data exchange of each collective on raw buffers, after the front end has agreed and
-// planned the call.
+// path: the seam between the CCLs' front end and the paths that move their data (shared
+// memory, the node chain, MPI, a GPU path, a test's own): the interface every path implements,
+// the data exchange of each collective on raw buffers after the front end has agreed and planned
+// the call, and the registry the front end asks for the paths of a call.
 #pragma once
 
-#include <array>
+#include <mpi.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "dist/ccl/agreement.hpp"
 #include "dist/ccl/block_layout.hpp"
+#include "dist/ccl/ccl_arg.hpp"
 #include "dist/ccl/options.hpp"
 #include "src/core/dtype.hpp"
 #include "src/core/shape.hpp"
@@ -18,31 +26,30 @@
 namespace meshtest::dist::detail {
 
 class Call;
-
-/// The kinds of path; each has its own slot of state in a plan.
-enum class PathKind : std::uint8_t { shm, node_chain, mpi, device };
-inline constexpr std::size_t kPathKinds = 4;
+class Path;
 
 /// What a path keeps with one plan beyond the front end's geometry (MPI counts, workspaces).
 struct PathState {
   virtual ~PathState() = default;
 };
 
-/// A front end's plan (cached by signature, perf::ProgramCache), with one slot of state per
-/// kind of path: the path that runs the plan makes its state on the plan's first exchange and
-/// reuses it on later calls and trace replays.
+/// A front end's plan (cached by signature, perf::ProgramCache), with a slot of state per path:
+/// the path that runs the plan makes its state on the plan's first exchange and reuses it on
+/// later calls and trace replays.
 class CclPlan : public perf::Plan {
  public:
-  /// The state of path kind k, made by make() (a std::unique_ptr<S>) when there is none yet.
+  /// The state of `path`, made by make() (a std::unique_ptr<S>) when there is none yet.
   template <class S, class Make>
-  S& state(PathKind k, Make&& make) {
-    std::unique_ptr<PathState>& slot = states_[static_cast<std::size_t>(k)];
-    if (!slot) slot = make();
-    return static_cast<S&>(*slot);
+  S& state(const Path* path, Make&& make) {
+    for (auto& [owner, slot] : states_) {
+      if (owner == path) return static_cast<S&>(*slot);
+    }
+    states_.emplace_back(path, make());
+    return static_cast<S&>(*states_.back().second);
   }
 
  private:
-  std::array<std::unique_ptr<PathState>, kPathKinds> states_;
+  std::vector<std::pair<const Path*, std::unique_ptr<PathState>>> states_;
 };
 
 /// The geometry of all_gather and reduce_scatter: p blocks along a dim, block j of elems[j]
@@ -68,7 +75,7 @@ struct ReduceScatterExchange {
   std::byte* out = nullptr;
   DType t = DType::f32;
   ReduceOp op = ReduceOp::sum;
-  Numerics numerics = Numerics::exact;  ///< the agreed numerics_option() (choose.hpp)
+  Numerics numerics = Numerics::exact;  ///< the agreed numerics_option() (numerics.hpp)
   std::shared_ptr<BlockPlan> plan;
 };
 
@@ -79,8 +86,7 @@ struct AllReduceExchange {
   std::int64_t n = 0;  ///< elements, > 0
   DType t = DType::f32;
   ReduceOp op = ReduceOp::sum;
-  Numerics numerics = Numerics::exact;  ///< the agreed numerics_option() (choose.hpp)
-  std::int64_t node_chain_mode = 0;     ///< the agreed all_reduce_path_option() (choose.hpp)
+  Numerics numerics = Numerics::exact;  ///< the agreed numerics_option() (numerics.hpp)
 };
 
 /// all_to_all and all_to_all_v's geometry: block j of the input (send: the blocks along the
@@ -110,18 +116,56 @@ struct BroadcastExchange {
   int root = 0;  ///< axis index
 };
 
-/// One way of moving a collective's data. The front end (dist/ccl/<collective>.cpp) has
-/// checked and agreed the call and planned its geometry; choose_paths (paths/choose.hpp) orders
-/// the paths for the call, and the first that takes the exchange moves the data. Each exchange
-/// is collective over the call's group: it returns false, having done nothing, when the path
-/// declines the call (every device of the group must decide alike: from agreed metadata and
-/// state made collectively), else moves the data through call.run() and returns true. A path
-/// may throw Errors every device raises alike (a count beyond its limits). The default
-/// implementations decline.
+/// Where a path applies: within one node only, or across any group.
+enum class Reach : std::uint8_t { one_node, any };
+
+/// What a path is: the front end orders the registered paths by these and never names one.
+struct PathInfo {
+  std::string_view name;  ///< unique, a string literal: "mpi", "shm", ... (MESHTEST_CCL_PATH)
+  Memory::Kind memory = Memory::Kind::host;  ///< the memory of the operands it moves
+  Reach reach = Reach::any;
+  int priority = 0;  ///< among the paths of one memory, higher is tried first
+};
+
+/// One way of moving a collective's data. The front end (dist/ccl/<collective>.cpp) has checked
+/// and agreed the call and planned its geometry; exchange() (path_registry.hpp) tries the
+/// registered paths of the operand's memory that apply to the call, in priority order, and the
+/// first that takes the exchange moves the data. Each exchange is collective over the call's
+/// group: it returns false, having done nothing, when the path declines the call (every device of
+/// the group must decide alike: from agreed metadata and state made collectively), else moves the
+/// data through call.run() and returns true. A path may throw Errors every device raises alike (a
+/// count beyond its limits). The default implementations decline.
+///
+/// What a path must agree across the group travels through its own hooks, never as fields of
+/// the generic call: options of its own in the call's signature (agreed_options), a faster
+/// agreement step with data of its own (agree_step, e.g. the shared-memory window and the node
+/// arena's offsets) and collective set-up once a group has agreed (agreed).
 class Path {
  public:
   virtual ~Path() = default;
-  virtual PathKind kind() const = 0;
+  virtual const PathInfo& info() const = 0;
+  std::string_view name() const { return info().name; }
+
+  /// Whether the path may take calls of this group (after agree(); alike on every device of the
+  /// group): e.g. the shared-memory path where the group has its shared-memory window.
+  virtual bool applies(const Call& /*call*/) const { return true; }
+  /// Options of the path that every device must pass alike in a call of `op` ("all_reduce",
+  /// ...), whatever the call's memory, appended to `out`. The exchange reads its setting again
+  /// locally: the agreement has made it equal across the group.
+  virtual void agreed_options(std::string_view /*op*/, AgreedOptions& /*out*/) const {}
+  /// A faster agreement step than the front end's MPI_Allreduce where the path has the means on
+  /// `comm` (called on every device of a group of more than one; the answer must be alike on
+  /// every device): max-agrees `hash` and `error` over the group and returns whether every hash
+  /// was equal and no device had an error; nullopt leaves the step to the next path or to MPI.
+  /// `in` and `out` (out may be null) are this device's operands, for data of the path's own.
+  virtual std::optional<bool> agree_step(MPI_Comm /*comm*/, std::uint64_t /*hash*/, bool /*error*/,
+                                         const CclArg& /*in*/, const CclArg* /*out*/) {
+    return std::nullopt;
+  }
+  /// Collective over `comm`: its devices have just agreed on a call of tensors over MPI (the
+  /// first point where every device of the group is known to be present); set-up that needs them
+  /// all (once per communicator) goes here.
+  virtual void agreed(MPI_Comm /*comm*/) {}
 
   virtual bool all_gather(Call& /*call*/, const AllGatherExchange& /*x*/) { return false; }
   virtual bool reduce_scatter(Call& /*call*/, const ReduceScatterExchange& /*x*/) { return false; }

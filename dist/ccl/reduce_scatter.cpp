@@ -1,13 +1,14 @@
 // reduce_scatter: array_split blocks of `dim`, block j of every device reduced in axis order on
 // device j. The front end agrees and plans the blocks; a path moves and reduces them
-// (paths/choose.hpp).
+// (exchange.hpp).
 #include "dist/ccl/reduce_scatter.hpp"
 
 #include <algorithm>
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/exchange.hpp"
 #include "dist/ccl/front_end.hpp"
-#include "dist/ccl/paths/choose.hpp"
+#include "dist/ccl/numerics.hpp"
 
 namespace meshtest::dist {
 
@@ -25,7 +26,8 @@ void detail::reduce_scatter(const MeshDevice& mesh, const CclArg& x,
   const int d = call.dim("dim", opt.dim);
   const AgreedOption numerics = numerics_option(call, opt.numerics);
   call.agree(
-      {{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, numerics});
+      {{"dim", opt.dim}, {"op", static_cast<std::int64_t>(opt.op), &show_reduce_op}, numerics},
+      {.path = opt.path});
   call.check_reduce_op(opt.op, x.dtype);
   const auto plan = call.plan<BlockPlan>([&] {
     // Device i keeps split_range(n, p, i) along d.

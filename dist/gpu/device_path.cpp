@@ -3,7 +3,7 @@
 #include "dist/gpu/device_path.hpp"
 
 #include "dist/ccl/detail.hpp"
-#include "dist/ccl/paths/choose.hpp"
+#include "dist/ccl/path_registry.hpp"
 #include "dist/gpu/exchange.hpp"
 #include "dist/gpu/nccl_comm.hpp"
 #include "dist/mesh/mpi_check.hpp"
@@ -18,7 +18,6 @@ using detail::AllToAllExchange;
 using detail::BlockLayout;
 using detail::BroadcastExchange;
 using detail::Call;
-using detail::PathKind;
 using detail::ReduceScatterExchange;
 
 // The group's workspaces this path uses (slot 0 is the exchanges' own staging).
@@ -87,7 +86,11 @@ void run(Call& call, NcclGroup& g, const Queue& queue) {
 
 class DevicePath final : public detail::Path {
  public:
-  PathKind kind() const override { return PathKind::device; }
+  const detail::PathInfo& info() const override {
+    static constexpr detail::PathInfo kInfo{
+        .name = "nccl", .memory = Memory::Kind::cuda, .reach = detail::Reach::any, .priority = 100};
+    return kInfo;
+  }
 
   bool all_gather(Call& call, const AllGatherExchange& x) override {
     NcclGroup& g = group_of(call);
@@ -149,7 +152,7 @@ detail::Path& device_path() {
 
 void install_device_path() {
   static const bool installed = [] {
-    detail::set_device_path(&device_path());
+    detail::register_path(device_path());
     return true;
   }();
   (void)installed;

@@ -20,8 +20,9 @@ namespace meshtest::dist::gpu {
 /// Takes every exchange it is given (operands in the memory of this rank's GPU).
 detail::Path& device_path();
 
-/// Installs device_path() as the CCLs' path for GPU memory (detail::set_device_path) the first
-/// time it is called; later calls do nothing. The collectives on DeviceTensors (ccl.hpp) call it.
+/// Registers device_path() as the CCLs' path "nccl" for GPU memory (detail::register_path) the
+/// first time it is called; later calls do nothing. The collectives on DeviceTensors (ccl.hpp)
+/// call it.
 void install_device_path();
 
 }  // namespace meshtest::dist::gpu

@@ -1,12 +1,18 @@
-// mpi_path: each collective's exchange on MPI: MPI_Allgather(v), the direct reduce-scatter
-// (direct_reduce_scatter.hpp) and MPI_Allgatherv, MPI_Alltoall(v), MPI_Bcast.
-#include "dist/ccl/paths/mpi/mpi_path.hpp"
+// mpi_path: the MPI path, which takes every exchange of host memory on any group (the last of
+// the order): point-to-point messages and MPI collectives on packed, contiguous buffers of MPI's
+// basic types (never a derived datatype of interleaved pieces), within a node over Open MPI's
+// shared-memory transport and between nodes over the network: MPI_Allgather(v), the direct
+// reduce-scatter (direct_reduce_scatter.hpp) and MPI_Allgatherv, MPI_Alltoall(v), MPI_Bcast. MPI
+// counts are ints: a buffer of more than INT_MAX elements is an Error. Its per-plan state lives
+// in the plans; its messages on the group's communicator or its private duplicate
+// (private_comm.hpp).
 
 #include <cstring>
 #include <tuple>
 #include <vector>
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/path_registry.hpp"
 #include "dist/ccl/paths/mpi/direct_reduce_scatter.hpp"
 #include "dist/ccl/private_comm.hpp"
 
@@ -39,12 +45,16 @@ struct AllToAllState : PathState {
 
 class MpiPath final : public Path {
  public:
-  PathKind kind() const override { return PathKind::mpi; }
+  const PathInfo& info() const override {
+    static constexpr PathInfo kInfo{
+        .name = "mpi", .memory = Memory::Kind::host, .reach = Reach::any, .priority = 100};
+    return kInfo;
+  }
 
   // Pieces along a dim that is not leading are gathered end to end and unpacked: MPI only ever
   // sees contiguous buffers of its basic types (see all_to_all).
   bool all_gather(Call& call, const AllGatherExchange& x) override {
-    auto& s = x.plan->state<GatherState>(kind(), [&] {
+    auto& s = x.plan->state<GatherState>(this, [&] {
       const BlockPlan& pl = *x.plan;
       auto st = std::make_unique<GatherState>();
       call.count(pl.out_shape.numel(), "the gathered output");
@@ -75,7 +85,7 @@ class MpiPath final : public Path {
   // duplicate of the axis communicator (private_comm), so a receive the user posts on
   // mesh.comm() (even MPI_ANY_SOURCE / MPI_ANY_TAG) never matches them.
   bool reduce_scatter(Call& call, const ReduceScatterExchange& x) override {
-    auto& s = x.plan->state<ReduceScatterState>(kind(), [&] {
+    auto& s = x.plan->state<ReduceScatterState>(this, [&] {
       auto st = std::make_unique<ReduceScatterState>();
       std::int64_t n = 0;
       for (std::int64_t e : x.plan->elems) n += e;
@@ -114,7 +124,7 @@ class MpiPath final : public Path {
   // small blocks, corrupts data given a datatype whose extent is smaller than its span, such as
   // one block of a strided layout; test_ccl_mpi_algorithms forces each algorithm.)
   bool all_to_all(Call& call, const AllToAllExchange& x) override {
-    auto& s = x.plan->state<AllToAllState>(kind(), [&] {
+    auto& s = x.plan->state<AllToAllState>(this, [&] {
       const AllToAllPlan& pl = *x.plan;
       auto st = std::make_unique<AllToAllState>();
       for (std::size_t j = 0; j < pl.sent.size(); ++j) {
@@ -158,9 +168,9 @@ class MpiPath final : public Path {
 
 }  // namespace
 
-Path& mpi_path() {
+void install_mpi_path() {
   static MpiPath path;
-  return path;
+  register_path(path);
 }
 
 }  // namespace meshtest::dist::detail

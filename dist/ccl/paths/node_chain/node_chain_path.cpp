@@ -1,19 +1,34 @@
-// node_chain_path: all_reduce through the communicator's NodeChain, made at the first call that
-// may take it.
-#include "dist/ccl/paths/node_chain/node_chain_path.hpp"
-
+// node_chain_path: all_reduce of a group spanning nodes through the communicator's NodeChain,
+// made at the first call that may take it; the chain's mode (MESHTEST_CCL_NODE_CHAIN) is agreed
+// with every all_reduce, as every device must take the same path.
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/path_registry.hpp"
 #include "dist/ccl/paths/node_chain/node_chain.hpp"
+#include "dist/ccl/paths/shm/shm.hpp"
 
 namespace meshtest::dist::detail {
 namespace {
 
 class NodeChainPath final : public Path {
  public:
-  PathKind kind() const override { return PathKind::node_chain; }
+  const PathInfo& info() const override {
+    static constexpr PathInfo kInfo{
+        .name = "node_chain", .memory = Memory::Kind::host, .reach = Reach::any, .priority = 200};
+    return kInfo;
+  }
+  /// Groups without a shared-memory group of their own: spanning nodes (or with it off).
+  bool applies(const Call& call) const override {
+    return call.size() > 1 && ShmGroup::find(call.comm()) == nullptr;
+  }
+  void agreed_options(std::string_view op, AgreedOptions& out) const override {
+    if (op.starts_with("all_reduce")) {
+      out.add({"node chain (MESHTEST_CCL_NODE_CHAIN)", static_cast<std::int64_t>(NodeChain::mode()),
+               &NodeChain::show_mode});
+    }
+  }
 
   bool all_reduce(Call& call, const AllReduceExchange& x) override {
-    const auto mode = static_cast<NodeChain::Mode>(x.node_chain_mode);
+    const NodeChain::Mode mode = NodeChain::mode();  // agreed (agreed_options)
     if (mode == NodeChain::Mode::off || call.size() <= 1) return false;
     NodeChain* chain = NodeChain::establish(call.comm());  // collective the first time
     if (chain == nullptr || !chain->taken(mode)) return false;
@@ -27,9 +42,9 @@ class NodeChainPath final : public Path {
 
 }  // namespace
 
-Path& node_chain_path() {
+void install_node_chain_path() {
   static NodeChainPath path;
-  return path;
+  register_path(path);
 }
 
 }  // namespace meshtest::dist::detail

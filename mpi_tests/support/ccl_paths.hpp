@@ -1,0 +1,34 @@
+// MPI test helpers for the CCLs' path seam: a registered path by name, and an input whose
+// elements are exact and differ across devices.
+#pragma once
+
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dist/ccl/path_registry.hpp"
+#include "dist/mesh/mesh_device.hpp"
+#include "src/core/error.hpp"
+#include "src/core/tensor.hpp"
+
+namespace meshtest::dist::ccl_test {
+
+/// The registered path named `name` (a test's stand-in delegates to the MPI path through it).
+inline detail::Path& registered_path(std::string_view name) {
+  detail::Path* p = detail::find_path(name);
+  if (p == nullptr) throw Error("no path named " + std::string(name) + " is registered");
+  return *p;
+}
+
+/// [3, 2p + 1] f32, element k = 1000 * (device + 1) + k (exact), so that a sum over the devices
+/// is exact in any order; dim 1 splits unevenly over p > 1 devices.
+inline Tensor path_input(const MeshDevice& mesh) {
+  const std::int64_t cols = 2 * mesh.size() + 1;
+  std::vector<float> v(static_cast<std::size_t>(3 * cols));
+  std::iota(v.begin(), v.end(), static_cast<float>(1000 * (mesh.device_id() + 1)));
+  return Tensor::from_vector(Shape{3, cols}, v);
+}
+
+}  // namespace meshtest::dist::ccl_test
