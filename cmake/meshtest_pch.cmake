@@ -29,3 +29,24 @@ set(MESHTEST_PCH_UNIT ${MESHTEST_PCH_CORE} <gtest/gtest.h> <gmock/gmock.h>
                       [["src/core/tensor.hpp"]])
 set(MESHTEST_PCH_MPI ${MESHTEST_PCH_DIST} <gtest/gtest.h> <gmock/gmock.h>
                      [["src/core/tensor.hpp"]] [["dist/mesh/mesh_device.hpp"]])
+
+# meshtest_gpu_test_folder(): the GPU test folders' code (tests/gpu, mpi_tests/gpu: every target
+# of the calling folder) without the optimizer: CI (no GPU) only compiles it, and on a GPU machine
+# its host code is thin (the library under test, built with the project's flags, does the work),
+# so -O0 costs nothing there and saves CI about half of these files' compile time. Their
+# programs' C++ files share one set of precompiled headers (group gpu_tests, both folders alike);
+# a library's files take none (they compile with -fPIC, a program's with -fPIE, and GCC ignores a
+# PCH built with the other), nor do .cu files (SKIP_PRECOMPILE_HEADERS on those that share a
+# target with C++ files).
+function(meshtest_gpu_test_folder)
+  get_property(targets DIRECTORY PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(t IN LISTS targets)
+    target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+    get_target_property(sources ${t} SOURCES)
+    get_target_property(type ${t} TYPE)
+    list(FILTER sources INCLUDE REGEX "\\.cpp$")
+    if(sources AND type STREQUAL "EXECUTABLE")
+      meshtest_pch(${t} gpu_tests ${MESHTEST_PCH_UNIT})
+    endif()
+  endforeach()
+endfunction()
