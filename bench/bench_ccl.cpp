@@ -22,6 +22,7 @@
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
+#include "dist/ccl/mpi_types.hpp"
 #include "dist/ccl/paths/node_chain/node_chain.hpp"
 #include "dist/ccl/paths/shm/shm.hpp"
 #include "dist/mesh/environment.hpp"

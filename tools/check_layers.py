@@ -33,7 +33,7 @@ LAYERS = [
     "src/check",  # gpt_oss_chains counts the gpt-oss blocks of src/models
     "src/dp",
     "src/kernels",  # each version is checked with src/check's metrics and tolerance
-    "src/gpu",  # device tensors and kernels: on src/core only
+    "src/gpu",  # device tensors and kernels, on core, perf (op timing), ops and kernels
     "dist/mesh",
     "dist/ccl",
     "dist/shard",

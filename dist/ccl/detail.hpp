@@ -1,6 +1,6 @@
 // The common work of every collective, done once whatever path moves the data: option checks,
-// the log scope, the profiler scope, metadata agreement across the axis group; and the MPI
-// datatype and op maps (block packing: block_layout.hpp).
+// the log scope, the profiler scope, metadata agreement across the axis group (MPI's datatypes
+// and ops of meshtest's dtypes: mpi_types.hpp; block packing: block_layout.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -201,14 +201,5 @@ class Call {
   std::uint64_t seq_ = 0;  // this call's count on comm_
   perf::Signature plan_key_{""};
 };
-
-/// The MPI datatype of one element: f32 MPI_FLOAT, f64 MPI_DOUBLE, i32 MPI_INT32_T, i64
-/// MPI_INT64_T, u8 MPI_UINT8_T, bf16 and f16 a committed 2-byte contiguous type each.
-MPI_Datatype mpi_type(DType t);
-
-/// The MPI op of `op` on `t` (avg maps to the sum), for baselines that call MPI's own
-/// reductions (bench, tests): bf16 and f16 ops compute each pairwise op in f32 and round.
-/// meshtest's CCLs reduce with detail::reduce (reduce.hpp) instead. t must not be u8.
-MPI_Op mpi_op(ReduceOp op, DType t);
 
 }  // namespace meshtest::dist::detail

@@ -20,6 +20,7 @@
 
 #include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
+#include "dist/ccl/mpi_types.hpp"
 #include "src/core/tensor.hpp"
 
 namespace meshtest::dist::ccl_test {

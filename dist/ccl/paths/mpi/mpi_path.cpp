@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dist/ccl/detail.hpp"
+#include "dist/ccl/mpi_types.hpp"
 #include "dist/ccl/path_registry.hpp"
 #include "dist/ccl/paths/mpi/direct_reduce_scatter.hpp"
 #include "dist/ccl/private_comm.hpp"
