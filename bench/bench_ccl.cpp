@@ -20,11 +20,9 @@
 #include "dist/ccl/arena/arena.hpp"
 #include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
-#include "dist/ccl/detail.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
 #include "dist/ccl/mpi_types.hpp"
-#include "dist/ccl/paths/node_chain/node_chain.hpp"
-#include "dist/ccl/paths/shm/shm.hpp"
+#include "dist/ccl/path_registry.hpp"
 #include "dist/mesh/environment.hpp"
 #include "tools/subcommand.hpp"
 
@@ -101,21 +99,46 @@ std::vector<CclOp> parse_ops(const std::string& s) {
 
 // ------------------------------------------------------------------------- measuring
 
+/// The traffic of the first host path that counts it on `comm` (the shared-memory path, once
+/// the group has agreed a call: dist::path_reports).
+std::optional<dist::PathTraffic> counted_traffic(MPI_Comm comm) {
+  for (const dist::PathReport& r : dist::path_reports(comm)) {
+    if (r.memory == dist::Memory::Kind::host && r.traffic) return r.traffic;
+  }
+  return std::nullopt;
+}
+
+/// The host paths that hold something for the bench's axis, in the order calls try them (a
+/// call takes the first that takes it; MESHTEST_CCL_PATH chooses one).
+void print_paths(MPI_Comm comm, int p) {
+  fmt::print(
+      "# meshtest's paths on the bench's axis (a line of {}), in the order calls try them:\n", p);
+  if (p == 1) {
+    fmt::print("#   none needed (one rank)\n");
+    return;
+  }
+  for (const dist::PathReport& r : dist::path_reports(comm)) {
+    if (r.memory == dist::Memory::Kind::host && !r.status.empty()) {
+      fmt::print("#   {}: {}\n", r.name, r.status);
+    }
+  }
+}
+
 /// The direct MPI call on the same bytes: x contiguous in, `out` contiguous out.
 void run_mpi(MPI_Comm comm, CclOp op, const Tensor& x, Tensor& out, const Options& o, int p) {
-  const MPI_Datatype t = dist::detail::mpi_type(x.dtype());
+  const MPI_Datatype t = dist::mpi_type(x.dtype());
   const auto n = static_cast<int>(x.numel());
   switch (op) {
     case CclOp::all_reduce:
-      MESHTEST_MPI(MPI_Allreduce(x.bytes(), out.bytes(), n, t,
-                                 dist::detail::mpi_op(o.redop, x.dtype()), comm));
+      MESHTEST_MPI(
+          MPI_Allreduce(x.bytes(), out.bytes(), n, t, dist::mpi_op(o.redop, x.dtype()), comm));
       return;
     case CclOp::all_gather:
       MESHTEST_MPI(MPI_Allgather(x.bytes(), n, t, out.bytes(), n, t, comm));
       return;
     case CclOp::reduce_scatter:
       MESHTEST_MPI(MPI_Reduce_scatter_block(x.bytes(), out.bytes(), n / p, t,
-                                            dist::detail::mpi_op(o.redop, x.dtype()), comm));
+                                            dist::mpi_op(o.redop, x.dtype()), comm));
       return;
     case CclOp::all_to_all:
       MESHTEST_MPI(MPI_Alltoall(x.bytes(), n / p, t, out.bytes(), n / p, t, comm));
@@ -159,15 +182,14 @@ Row measure(const MeshDevice& mesh, CclOp op, std::int64_t bytes, const Options&
     t_mpi = std::min(t_mpi, time_per_call(mesh.comm(), per, theirs));
   }
   Row row{.op = op, .bytes = n * e, .count = op == CclOp::all_reduce ? n : n / p};
-  if (const dist::detail::ShmGroup* g = dist::detail::ShmGroup::find(mesh.comm())) {
+  if (const std::optional<dist::PathTraffic> before = counted_traffic(mesh.comm())) {
     constexpr int kCounted = 3;
-    const auto before = g->traffic();
     for (int i = 0; i < kCounted; ++i) ours();
-    const auto after = g->traffic();
+    const dist::PathTraffic after = counted_traffic(mesh.comm()).value_or(*before);
     // The busiest device's count (devices of one call differ by their parts' rounding).
-    std::array<double, 3> v{static_cast<double>(after.steps - before.steps) / kCounted,
-                            static_cast<double>(after.written - before.written) / kCounted,
-                            static_cast<double>(after.read - before.read) / kCounted};
+    std::array<double, 3> v{static_cast<double>(after.steps - before->steps) / kCounted,
+                            static_cast<double>(after.written - before->written) / kCounted,
+                            static_cast<double>(after.read - before->read) / kCounted};
     MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_DOUBLE, MPI_MAX, mesh.comm()));
     // Nothing through the window (all_to_all of large blocks at many devices goes to MPI):
     // MPI's algorithm moves the bytes, uncounted here.
@@ -322,34 +344,13 @@ int bench_ccl(int argc, char** argv) {
     // One agreed call makes the shared-memory group when the ranks share a node (shm.hpp).
     (void)dist::all_reduce(mesh, Tensor(Shape{1}, DType::i32));
     const std::string nodes = describe_nodes(mesh.comm());
-    const bool one_node = dist::detail::ShmGroup::one_node(mesh.comm());  // every rank calls
     if (root) {
       fmt::print("# tensors: {}\n",
                  o.arena
                      ? "in the node arena (--memory arena): inputs read, outputs written in place"
                      : "on the heap (--memory heap)");
-      fmt::print("# ranks: {}\n# meshtest's path on the bench's axis (a line of {}): {}\n", nodes,
-                 p,
-                 dist::detail::ShmGroup::find(mesh.comm()) != nullptr
-                     ? "the shared-memory ring (one node; MESHTEST_CCL_SHM=0 turns it off)"
-                 : p == 1    ? "none needed (one rank)"
-                 : !one_node ? "MPI (the ranks span nodes)"
-                             : "MPI (MESHTEST_CCL_SHM=0)");
-      using dist::detail::NodeChain;
-      const NodeChain::Mode mode = NodeChain::mode();
-      if (const NodeChain* chain = NodeChain::find(mesh.comm())) {
-        fmt::print(
-            "# all_reduce: {} (MESHTEST_CCL_NODE_CHAIN={}; the node chain of {} nodes of {}: "
-            "shared memory within a node, MPI between)\n",
-            chain->taken(mode) ? "the node chain" : "the flat MPI path",
-            NodeChain::show_mode(static_cast<std::int64_t>(mode)), chain->nodes(),
-            chain->per_node());
-      } else if (!one_node && p > 1) {
-        fmt::print("# all_reduce: the flat MPI path ({})\n",
-                   mode == NodeChain::Mode::off
-                       ? "MESHTEST_CCL_NODE_CHAIN=0"
-                       : "no node chain: the nodes do not hold equal runs of consecutive ranks");
-      }
+      fmt::print("# ranks: {}\n", nodes);
+      print_paths(mesh.comm(), p);
     }
     for (CclOp op : o.ops) {
       if (root) print_header(o, op, p);

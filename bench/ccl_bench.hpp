@@ -75,7 +75,7 @@ struct Row {
   CclOp op;
   std::int64_t bytes = 0, count = 0, wrong = 0;
   double time_us = 0, algbw = 0, busbw = 0, mpi_time_us = 0, mpi_busbw = 0, ratio = 0;
-  /// Per call and device, from the shared-memory path's own accounting (ShmGroup::traffic;
+  /// Per call and device, from the shared-memory path's own accounting (dist::path_reports;
   /// counted = false on the MPI path, whose algorithm MPI picks): steps (the agreement
   /// included), bytes written into the window and bytes read from other devices' slots.
   bool counted = false;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "dist/testing/harness/single_device.hpp"
 #include "dist/testing/harness/state.hpp"
 #include "dist/testing/harness/verdict.hpp"
+#include "mpi_tests/support/scale.hpp"
 #include "src/core/error.hpp"
 
 namespace meshtest::dist::testing {
@@ -211,6 +213,33 @@ TEST(MeshShapes, EveryFactorisation) {
   EXPECT_EQ(mesh_shapes(7), (S{{1, 7}, {7, 1}}));
   EXPECT_EQ(mesh_shapes(8), (S{{1, 8}, {2, 4}, {4, 2}, {8, 1}}));
   EXPECT_THROW(mesh_shapes(0), Error);
+}
+
+TEST(MeshShapes, AboveEightRanksTheLinesAndTheSquarestShapes) {  // mpi_tests/support/scale.hpp
+  using S = std::vector<MeshShape>;
+  using test_support::mesh_shapes_at_scale;
+  EXPECT_EQ(mesh_shapes_at_scale(mesh_shapes(8)), mesh_shapes(8));
+  EXPECT_EQ(mesh_shapes_at_scale(mesh_shapes(7)), mesh_shapes(7));
+  EXPECT_EQ(mesh_shapes_at_scale(mesh_shapes(12)), (S{{1, 12}, {3, 4}, {4, 3}, {12, 1}}));
+  EXPECT_EQ(mesh_shapes_at_scale(mesh_shapes(16)), (S{{1, 16}, {4, 4}, {16, 1}}));
+  EXPECT_EQ(mesh_shapes_at_scale(mesh_shapes(32)), (S{{1, 32}, {4, 8}, {8, 4}, {32, 1}}));
+  EXPECT_EQ(mesh_shapes_at_scale(mesh_shapes(13)), (S{{1, 13}, {13, 1}}));
+}
+
+TEST(ScaleSample, EveryItemUpToEightRanksThenKeepOfThemMovingWithPAndSalt) {
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6};
+  using test_support::sample_at_scale;
+  EXPECT_EQ(sample_at_scale<int>(all, 8, 2), all);
+  EXPECT_EQ(sample_at_scale<int>(all, 12, 2), (std::vector{5, 6}));
+  EXPECT_EQ(sample_at_scale<int>(all, 16, 2), (std::vector{2, 3}));
+  EXPECT_EQ(sample_at_scale<int>(all, 13, 2), (std::vector{6, 0}));  // wraps
+  EXPECT_EQ(sample_at_scale<int>(all, 12, 1, 3), (std::vector{1}));
+  EXPECT_EQ(sample_at_scale<int>(all, 32, 7), all);
+  std::vector<bool> met(all.size());  // salts 0..6 at one count meet every item
+  for (std::size_t salt = 0; salt < all.size(); ++salt) {
+    for (int v : sample_at_scale<int>(all, 32, 1, salt)) met[static_cast<std::size_t>(v)] = true;
+  }
+  EXPECT_EQ(std::ranges::count(met, true), 7);
 }
 
 TEST_F(MeshTest, MeshIsOneByWorldSize) {

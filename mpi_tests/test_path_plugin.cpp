@@ -4,11 +4,16 @@
 // gives their bits; chosen by name (the option path, MESHTEST_CCL_PATH) it takes the calls named;
 // declining, it leaves the call to the next path, or, chosen, ends it with an Error on every
 // device; bad names and registrations are Errors naming the paths there are.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
@@ -49,6 +54,13 @@ class LedgerPath final : public Path {
   }
   bool broadcast(Call& call, const detail::BroadcastExchange& x) override {
     return take("broadcast") && ccl_test::registered_path("mpi").broadcast(call, x);
+  }
+
+  std::string status(MPI_Comm /*comm*/) const override {
+    return fmt::format("{} exchanges taken", taken.size());
+  }
+  std::optional<PathTraffic> traffic(MPI_Comm /*comm*/) const override {
+    return PathTraffic{.steps = taken.size()};
   }
 
   std::vector<std::string> taken;  ///< the exchanges it took
@@ -224,6 +236,41 @@ TEST(PathPlugin, UnknownNamesAndWrongMemoriesAreErrorsNamingThePaths) {
   ledger.taken.clear();
   all_reduce(mesh, x);
   EXPECT_EQ(ledger.taken, std::vector<std::string>{"all_reduce"});
+}
+
+TEST(PathPlugin, ReportsNameEveryPathInOrderWithWhatItHoldsAndHasMoved) {
+  const MeshDevice mesh = MeshDevice::line();
+  const Tensor x = path_input(mesh);
+  every_collective(mesh, x);  // the group has agreed calls: the shared-memory ring is made
+  LedgerPath ledger(1000);
+  const ScopedPath registered(ledger);
+  every_collective(mesh, x);
+  const std::vector<PathReport> reports = path_reports(mesh.comm());
+  std::vector<std::string> names;
+  for (const PathReport& r : reports) names.push_back(r.name);
+  std::vector<std::string> want;
+  for (const Path* p : detail::registered_paths()) want.emplace_back(p->name());
+  EXPECT_EQ(names, want) << "every registered path, in the order calls try them";
+  ASSERT_EQ(names.front(), "ledger");
+  EXPECT_EQ(reports.front().status, fmt::format("{} exchanges taken", kEveryExchange.size()));
+  ASSERT_TRUE(reports.front().traffic.has_value());
+  EXPECT_EQ(reports.front().traffic->steps, kEveryExchange.size());
+  for (const PathReport& r : reports) {
+    SCOPED_TRACE(r.name);
+    if (r.name == "mpi") {
+      EXPECT_THAT(r.status, ::testing::HasSubstr("MPI's own collectives"));
+      EXPECT_FALSE(r.traffic.has_value()) << "MPI's algorithm moves the bytes, uncounted";
+    } else if (r.name == "shm") {
+      // One node (these tests run on one machine) and more than one device: the ring.
+      const char* shm = std::getenv("MESHTEST_CCL_SHM");
+      const bool ring = mesh.size() > 1 && (shm == nullptr || std::string_view(shm) != "0");
+      EXPECT_EQ(!r.status.empty(), ring) << r.status;
+      EXPECT_EQ(r.traffic.has_value(), ring);
+      if (ring && r.traffic.has_value()) {
+        EXPECT_GT(r.traffic->steps, 0U) << "the agreement steps of the calls above";
+      }
+    }
+  }
 }
 
 TEST(PathPlugin, BadRegistrationsAreErrors) {

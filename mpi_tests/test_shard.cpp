@@ -10,6 +10,7 @@
 #include "dist/ccl/all_gather.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/shard/placement.hpp"
+#include "mpi_tests/support/scale.hpp"
 #include "src/core/error.hpp"
 #include "src/core/tensor.hpp"
 
@@ -22,14 +23,15 @@ int world_size() {
   return n;
 }
 
-/// Every rows x cols mesh with rows * cols = np (1 x np and np x 1 included).
+/// Every rows x cols mesh with rows * cols = np (1 x np and np x 1 included); above 8 ranks the
+/// lines and the squarest shapes (support/scale.hpp): every pair of placements is p^2 work.
 std::vector<std::array<int, 2>> mesh_shapes() {
   std::vector<std::array<int, 2>> out;
   const int n = world_size();
   for (int r = 1; r <= n; ++r) {
     if (n % r == 0) out.push_back({r, n / r});
   }
-  return out;
+  return test_support::mesh_shapes_at_scale(out);
 }
 
 /// Small integers in [-11, 11] built from the element index, so any reduction order is exact.

@@ -13,6 +13,7 @@
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/shard/placement.hpp"
 #include "dist/testing/harness/fixtures.hpp"
+#include "mpi_tests/support/scale.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/core/shape.hpp"
 #include "src/models/transformer_block.hpp"
@@ -241,7 +242,8 @@ TEST_P(TpBlocks, BadTpSizeNamesTheCountAndP) {
   }
 }
 
-MESHTEST_INSTANTIATE_MESH_SHAPES(TpBlocks);
+// Every mesh shape; above 8 ranks the lines and the squarest shapes (support/scale.hpp).
+MESHTEST_INSTANTIATE_MESH_SHAPES_AT_SCALE(TpBlocks);
 
 }  // namespace
 }  // namespace meshtest::dist

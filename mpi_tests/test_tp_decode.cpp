@@ -15,6 +15,7 @@
 
 #include "dist/parallel/tp_decode.hpp"
 #include "dist/testing/harness/fixtures.hpp"
+#include "mpi_tests/support/scale.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/models/decode.hpp"
 #include "src/models/transformer.hpp"
@@ -199,7 +200,8 @@ TEST_P(TpDecode, BadCachesThrowOnEveryDeviceAndLeaveTheCaches) {
   EXPECT_EQ(other.layers[0].length(), 0);
 }
 
-MESHTEST_INSTANTIATE_MESH_SHAPES(TpDecode);
+// Every mesh shape; above 8 ranks the lines and the squarest shapes (support/scale.hpp).
+MESHTEST_INSTANTIATE_MESH_SHAPES_AT_SCALE(TpDecode);
 
 }  // namespace
 }  // namespace meshtest::dist

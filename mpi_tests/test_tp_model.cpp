@@ -14,6 +14,7 @@
 #include "dist/parallel/ep_transformer.hpp"
 #include "dist/parallel/tensor_parallel.hpp"
 #include "dist/testing/harness/fixtures.hpp"
+#include "mpi_tests/support/scale.hpp"
 #include "mpi_tests/support/tp_gpt_oss.hpp"
 #include "src/core/safetensors.hpp"
 #include "src/models/checkpoint.hpp"
@@ -266,7 +267,8 @@ TEST_P(TpModel, ExpertParallelBadAxis) {
   }
 }
 
-MESHTEST_INSTANTIATE_MESH_SHAPES(TpModel);
+// Every mesh shape; above 8 ranks the lines and the squarest shapes (support/scale.hpp).
+MESHTEST_INSTANTIATE_MESH_SHAPES_AT_SCALE(TpModel);
 
 }  // namespace
 }  // namespace meshtest::dist

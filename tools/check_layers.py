@@ -13,7 +13,9 @@ Fails (exit 1, one report per finding with file:line and the include chain) on
     list of docs/design.md,
   - an include of a plug-in folder (SEAMS: the CCLs' paths, dist/ccl/paths/<path>/) from
     outside it (the front end reaches a path only through its registry), or of one plug-in
-    from another, unless PLUGIN_DEPENDENCIES lists the pair.
+    from another, unless PLUGIN_DEPENDENCIES lists the pair; the library's own programs
+    (CONSUMERS: bench/, tools/, examples/) are held to the first rule too (a path's report
+    comes from dist::path_reports). The tests may include a plug-in: they test it.
 Exit 0 when all hold, 2 on bad usage. Registered in CTest as layering.includes (label unit).
 """
 
@@ -66,6 +68,21 @@ MPI_HEADERS = {"mpi.h", "mpi.hpp", "mpicxx.h"}
 SOURCE_SUFFIXES = {".hpp", ".cpp", ".h", ".cc", ".cu", ".cuh"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 DESIGN = "docs/design.md"
+
+
+# Folders of the library's own programs: they include no plug-in either.
+CONSUMERS = ["bench", "tools", "examples"]
+
+
+def consumer_sources(root):
+    """Every C++ source and header under CONSUMERS, as repository-relative paths."""
+    out = []
+    for top in CONSUMERS:
+        if (root / top).is_dir():
+            for path in sorted((root / top).rglob("*")):
+                if path.is_file() and path.suffix in SOURCE_SUFFIXES:
+                    out.append(path.relative_to(root).as_posix())
+    return out
 
 
 def sources(root):
@@ -290,6 +307,14 @@ def check(root):
                     f"{where}: includes {shown}: {here} may not include {there}",
                     f"  (the layer order: {' < '.join(LAYERS)})",
                 ])
+
+    for rel in consumer_sources(root):
+        for number, kind, name in includes(root, rel):
+            target = resolve(root, rel, kind, name)
+            why = plugin_finding(rel, target) if target is not None else None
+            if why is not None:
+                shown = f'{kind}{name}{">" if kind == "<" else chr(34)}'
+                findings.append([f"{rel}:{number}: includes {shown}: {why}"])
 
     for component in strongly_connected(sorted(edges), edges):
         cycle = shortest_cycle(component[0], set(component), edges)

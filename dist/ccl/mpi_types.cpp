@@ -9,7 +9,7 @@
 #include "dist/mesh/mpi_check.hpp"
 #include "src/core/tensor.hpp"
 
-namespace meshtest::dist::detail {
+namespace meshtest::dist {
 namespace {
 
 // 2-byte float reductions (bf16, f16: H) compute in f32 and round the result to H (a device's
@@ -95,4 +95,4 @@ MPI_Datatype mpi_type(DType t) {
   dist::fail("invalid DType value {}", static_cast<int>(t));
 }
 
-}  // namespace meshtest::dist::detail
+}  // namespace meshtest::dist

@@ -7,7 +7,7 @@
 #include "dist/ccl/options.hpp"
 #include "src/core/dtype.hpp"
 
-namespace meshtest::dist::detail {
+namespace meshtest::dist {
 
 /// The MPI datatype of one element: f32 MPI_FLOAT, f64 MPI_DOUBLE, i32 MPI_INT32_T, i64
 /// MPI_INT64_T, u8 MPI_UINT8_T, bf16 and f16 a committed 2-byte contiguous type each.
@@ -18,4 +18,4 @@ MPI_Datatype mpi_type(DType t);
 /// meshtest's CCLs reduce with detail::reduce (reduce.hpp) instead. t must not be u8.
 MPI_Op mpi_op(ReduceOp op, DType t);
 
-}  // namespace meshtest::dist::detail
+}  // namespace meshtest::dist

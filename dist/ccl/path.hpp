@@ -23,6 +23,17 @@
 #include "src/core/shape.hpp"
 #include "src/perf/program_cache.hpp"
 
+namespace meshtest::dist {
+
+/// What one device has moved through a path on one communicator so far, where the path counts
+/// it (the shared-memory path does: its steps and the bytes it wrote to and read from shared
+/// memory).
+struct PathTraffic {
+  std::uint64_t steps = 0, written = 0, read = 0;
+};
+
+}  // namespace meshtest::dist
+
 namespace meshtest::dist::detail {
 
 class Call;
@@ -166,6 +177,13 @@ class Path {
   /// first point where every device of the group is known to be present); set-up that needs them
   /// all (once per communicator) goes here.
   virtual void agreed(MPI_Comm /*comm*/) {}
+
+  /// For reports (path_reports): what the path holds for the group of `comm` in one line ("the
+  /// shared-memory ring of 8 devices"), or empty while it holds nothing there (nothing set up yet,
+  /// turned off, or not its kind of group). Local.
+  virtual std::string status(MPI_Comm /*comm*/) const { return {}; }
+  /// What this device has moved through the path on `comm`, where the path counts it. Local.
+  virtual std::optional<PathTraffic> traffic(MPI_Comm /*comm*/) const { return std::nullopt; }
 
   virtual bool all_gather(Call& /*call*/, const AllGatherExchange& /*x*/) { return false; }
   virtual bool reduce_scatter(Call& /*call*/, const ReduceScatterExchange& /*x*/) { return false; }

@@ -141,3 +141,18 @@ AgreedOption path_option(const Path& path) {
 }
 
 }  // namespace meshtest::dist::detail
+
+namespace meshtest::dist {
+
+std::vector<PathReport> path_reports(MPI_Comm comm) {
+  std::vector<PathReport> out;
+  for (const detail::Path* p : detail::registered_paths()) {
+    out.push_back({.name = std::string(p->name()),
+                   .memory = p->info().memory,
+                   .status = p->status(comm),
+                   .traffic = p->traffic(comm)});
+  }
+  return out;
+}
+
+}  // namespace meshtest::dist

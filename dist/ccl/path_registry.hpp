@@ -5,6 +5,7 @@
 // here; the GPU side registers its path on first use, a test its own for a scope (ScopedPath).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,3 +65,20 @@ std::string path_names(Memory::Kind memory);
 std::string_view reach_name(Reach r);
 
 }  // namespace meshtest::dist::detail
+
+namespace meshtest::dist {
+
+/// A registered path's report on one communicator (path_reports).
+struct PathReport {
+  std::string name;
+  Memory::Kind memory = Memory::Kind::host;
+  std::string status;                  ///< Path::status: empty while it holds nothing there
+  std::optional<PathTraffic> traffic;  ///< where the path counts what it moves
+};
+
+/// Every registered path's report on `comm`, in the order calls try them (host memory first, then
+/// priority): which paths hold something for the group and what they have moved, for benches and
+/// reports. Local; the shared-memory path's set-up is made by the group's first agreed call.
+std::vector<PathReport> path_reports(MPI_Comm comm);
+
+}  // namespace meshtest::dist

@@ -1,6 +1,7 @@
 // MPI test helper for test_ccl: the cases (every mesh shape that fits np x axis x dim x dtype x
-// reduce op) as calls of dist/ccl/cases.hpp's table (which makes the inputs and the expected
-// outputs), the groups, bitwise checks and the maps of the direct MPI calls.
+// reduce op; above 8 ranks one dtype per mesh shape and axis, in turn: support/scale.hpp) as calls
+// of dist/ccl/cases.hpp's table (which makes the inputs and the expected outputs), the groups,
+// bitwise checks and the maps of the direct MPI calls.
 #pragma once
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <map>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +23,7 @@
 #include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
 #include "dist/ccl/mpi_types.hpp"
+#include "mpi_tests/support/scale.hpp"
 #include "src/core/tensor.hpp"
 
 namespace meshtest::dist::ccl_test {
@@ -68,10 +71,12 @@ inline std::vector<Case> make_cases() {
   constexpr std::pair<int, int> kA2a[] = {{0, 0}, {0, 1}, {1, 0}, {2, 2}, {-1, 1}};
   constexpr std::pair<int, int> kA2av[] = {{0, 0}, {-1, -1}, {0, 2}};
   std::vector<Case> out;
+  std::size_t salt = 0;  // above 8 ranks each (mesh shape, axis) takes one dtype, in turn
   for (int rows = 1; rows <= n; ++rows) {
     if (n % rows != 0) continue;
     for (int axis : {0, 1, kAllAxes}) {
-      for (DType t : kAllDTypes) {
+      for (DType t :
+           test_support::sample_at_scale(std::span<const DType>(kAllDTypes), n, 1, salt++)) {
         const Case base{
             .op = CclOp::all_gather, .rows = rows, .cols = n / rows, .axis = axis, .dtype = t};
         auto add = [&](CclOp op, int dim, int concat_dim = 0, ReduceOp rop = ReduceOp::sum) {

@@ -8,6 +8,7 @@
 // (private_comm.hpp).
 
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -50,6 +51,9 @@ class MpiPath final : public Path {
     static constexpr PathInfo kInfo{
         .name = "mpi", .memory = Memory::Kind::host, .reach = Reach::any, .priority = 100};
     return kInfo;
+  }
+  std::string status(MPI_Comm /*comm*/) const override {
+    return "MPI's own collectives (every call the paths above decline)";
   }
 
   // Pieces along a dim that is not leading are gathered end to end and unpacked: MPI only ever

@@ -1,6 +1,10 @@
 // node_chain_path: all_reduce of a group spanning nodes through the communicator's NodeChain,
 // made at the first call that may take it; the chain's mode (MESHTEST_CCL_NODE_CHAIN) is agreed
 // with every all_reduce, as every device must take the same path.
+#include <fmt/format.h>
+
+#include <string>
+
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/path_registry.hpp"
 #include "dist/ccl/paths/node_chain/node_chain.hpp"
@@ -25,6 +29,17 @@ class NodeChainPath final : public Path {
       out.add({"node chain (MESHTEST_CCL_NODE_CHAIN)", static_cast<std::int64_t>(NodeChain::mode()),
                &NodeChain::show_mode});
     }
+  }
+
+  std::string status(MPI_Comm comm) const override {
+    const NodeChain* chain = NodeChain::find(comm);
+    if (chain == nullptr) return {};
+    const NodeChain::Mode mode = NodeChain::mode();
+    return fmt::format(
+        "all_reduce {} the node chain of {} nodes of {} (shared memory within a node, MPI "
+        "between; MESHTEST_CCL_NODE_CHAIN={})",
+        chain->taken(mode) ? "over" : "not over", chain->nodes(), chain->per_node(),
+        NodeChain::show_mode(static_cast<std::int64_t>(mode)));
   }
 
   bool all_reduce(Call& call, const AllReduceExchange& x) override {

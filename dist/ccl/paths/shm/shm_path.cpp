@@ -4,6 +4,9 @@
 // agreement step is one step in the window, which also carries where each device's operands lie
 // in the node arena (read and written in place: ShmGroup::arena_inputs, arena_outputs); the
 // window is made once a group has first agreed over MPI.
+#include <fmt/format.h>
+
+#include <string>
 #include <vector>
 
 #include "dist/ccl/arena/arena.hpp"
@@ -44,6 +47,20 @@ class ShmPath final : public Path {
     return g->agree(hash, error, arena_handle(&in), arena_handle(out));
   }
   void agreed(MPI_Comm comm) override { ShmGroup::establish(comm); }
+  std::string status(MPI_Comm comm) const override {
+    const ShmGroup* g = ShmGroup::find(comm);
+    return g == nullptr ? std::string()
+                        : fmt::format(
+                              "the shared-memory ring of {} devices on one node "
+                              "(MESHTEST_CCL_SHM=0 turns it off)",
+                              g->size());
+  }
+  std::optional<PathTraffic> traffic(MPI_Comm comm) const override {
+    const ShmGroup* g = ShmGroup::find(comm);
+    if (g == nullptr) return std::nullopt;
+    const auto t = g->traffic();
+    return PathTraffic{.steps = t.steps, .written = t.written, .read = t.read};
+  }
 
   bool all_gather(Call& call, const AllGatherExchange& x) override {
     if (!x.plan->even) return false;
