@@ -137,7 +137,7 @@ TEST(PathPlugin, ChosenByNameForOneCallOrForARun) {
   EXPECT_EQ(ledger.taken, kEveryExchange);
   ledger.taken.clear();
   {
-    const test_support::ScopedEnv env(detail::kPathEnv, "ledger");
+    const ccl_test::ScopedPathEnv env("ledger");
     expect_same_bits(every_collective(mesh, x), want);
     EXPECT_EQ(ledger.taken, kEveryExchange);
     // The call's option comes first.
@@ -146,7 +146,7 @@ TEST(PathPlugin, ChosenByNameForOneCallOrForARun) {
   }
   {
     // A list: the first named path of the operand's memory.
-    const test_support::ScopedEnv env(detail::kPathEnv, "mpi,ledger");
+    const ccl_test::ScopedPathEnv env("mpi,ledger");
     every_collective(mesh, x);
     EXPECT_EQ(ledger.taken.size(), kEveryExchange.size());
   }
@@ -213,7 +213,7 @@ TEST(PathPlugin, UnknownNamesAndWrongMemoriesAreErrorsNamingThePaths) {
                 listed});
   expect_error(mesh, kAllAxes, "an unknown name in the variable",
                [&] {
-                 const test_support::ScopedEnv env(detail::kPathEnv, "ledger,nosuch");
+                 const ccl_test::ScopedPathEnv env("ledger,nosuch");
                  broadcast(mesh, x, {});
                },
                {"MESHTEST_CCL_PATH is 'ledger,nosuch', and 'nosuch' is no path", listed});
@@ -232,7 +232,7 @@ TEST(PathPlugin, UnknownNamesAndWrongMemoriesAreErrorsNamingThePaths) {
                 "operand is in host memory (the paths of host memory: shm, node_chain, mpi, "
                 "ledger)"});
   // The variable may name paths of other memories: a host call skips them.
-  const test_support::ScopedEnv env(detail::kPathEnv, "test_gpu,ledger");
+  const ccl_test::ScopedPathEnv env("test_gpu,ledger");
   ledger.taken.clear();
   all_reduce(mesh, x);
   EXPECT_EQ(ledger.taken, std::vector<std::string>{"all_reduce"});

@@ -33,6 +33,25 @@ std::vector<Path*>& paths() {
   return installed();
 }
 
+/// kPathEnv as read at the first call since the start or reread_path_env().
+struct PathEnv {
+  bool read = false;
+  std::string value;
+};
+PathEnv& path_env_state() {
+  static PathEnv env;
+  return env;
+}
+std::string_view path_env() {
+  PathEnv& e = path_env_state();
+  if (!e.read) {
+    const char* v = std::getenv(kPathEnv);
+    e.value = v != nullptr ? v : "";
+    e.read = true;
+  }
+  return e.value;
+}
+
 /// FNV-1a of a path's name: what the group agrees on when a call chooses a path.
 std::int64_t name_hash(std::string_view name) {
   std::uint64_t h = 14695981039346656037ULL;
@@ -101,6 +120,8 @@ Path* find_path(std::string_view name) {
 
 std::string describe_paths() { return describe(paths()); }
 
+void reread_path_env() { path_env_state().read = false; }
+
 PathChoice choose_path(std::string_view option, Memory memory) {
   if (!option.empty()) {
     Path* p = find_path(option);
@@ -118,8 +139,8 @@ PathChoice choose_path(std::string_view option, Memory memory) {
     }
     return {.path = p, .error = {}};
   }
-  const char* env = std::getenv(kPathEnv);
-  if (env == nullptr || *env == '\0') return {};
+  const std::string_view env = path_env();
+  if (env.empty()) return {};
   PathChoice choice;
   std::string_view rest = env;
   while (!rest.empty()) {

@@ -44,8 +44,11 @@ std::string describe_paths();
 /// The variable that chooses the paths of a whole run: a comma-separated list of path names;
 /// a call takes the first named path that moves its operand's memory (none named for that
 /// memory: the registry's order). A call's own option (`path` in each options struct) comes
-/// first.
+/// first. Read at the process's first collective (as NCCL reads its variables once: a getenv
+/// per call cost about 0.2 us); a program that sets it later calls reread_path_env().
 inline constexpr const char* kPathEnv = "MESHTEST_CCL_PATH";
+/// Reads kPathEnv again at the next collective.
+void reread_path_env();
 
 /// A call's choice of path: the path, or nullptr (none named for its memory: the registry's
 /// order); `error` says why a name cannot be taken (a name that is no path, an option naming a

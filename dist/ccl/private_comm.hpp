@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "dist/mesh/mpi_check.hpp"
@@ -16,24 +18,48 @@ namespace meshtest::dist::detail {
 /// the communicator is freed (the attribute's delete callback runs inside MPI_Comm_free, which
 /// is collective, so ~T may free communicators and windows of the same group). Not copied to
 /// duplicates of the communicator.
+///
+/// find() remembers its last answer per thread (the paths ask several times per call, and
+/// MPI_Comm_get_attr takes a lock: about 0.1 us each): every attach and every delete moves a
+/// generation, which makes every remembered answer stale, so a freed communicator's handle,
+/// reused by MPI, is looked up anew.
 template <class T>
 class CommAttribute {
  public:
-  /// The object attached to comm, or nullptr. Local: an attribute lookup.
+  /// The object attached to comm, or nullptr. Local.
   static T* find(MPI_Comm comm) {
+    Last& last = remembered();
+    const std::uint64_t gen = generation().load(std::memory_order_acquire);
+    if (last.gen == gen && last.comm == comm) return last.value;
     void* attr = nullptr;
     int found = 0;
     MESHTEST_MPI(MPI_Comm_get_attr(comm, key(), &attr, &found));
-    return found != 0 ? static_cast<T*>(attr) : nullptr;
+    last = {.comm = comm, .value = found != 0 ? static_cast<T*>(attr) : nullptr, .gen = gen};
+    return last.value;
   }
   /// Attaches `value` to comm (which must have none) and returns it, owned by comm from now on.
   static T* attach(MPI_Comm comm, std::unique_ptr<T> value) {
     MESHTEST_MPI(MPI_Comm_set_attr(comm, key(), value.get()));
+    generation().fetch_add(1, std::memory_order_acq_rel);
     return value.release();
   }
 
  private:
+  struct Last {
+    MPI_Comm comm = MPI_COMM_NULL;
+    T* value = nullptr;
+    std::uint64_t gen = ~std::uint64_t{0};  // never current: the first find looks up
+  };
+  static Last& remembered() {
+    thread_local Last last;
+    return last;
+  }
+  static std::atomic<std::uint64_t>& generation() {
+    static std::atomic<std::uint64_t> gen{0};
+    return gen;
+  }
   static int destroy(MPI_Comm, int, void* attr, void*) {
+    generation().fetch_add(1, std::memory_order_acq_rel);
     delete static_cast<T*>(attr);
     return MPI_SUCCESS;
   }

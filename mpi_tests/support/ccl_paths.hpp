@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "dist/ccl/path_registry.hpp"
 #include "dist/mesh/mesh_device.hpp"
+#include "mpi_tests/support/scoped_env.hpp"
 #include "src/core/error.hpp"
 #include "src/core/tensor.hpp"
 
@@ -21,6 +23,22 @@ inline detail::Path& registered_path(std::string_view name) {
   if (p == nullptr) throw Error("no path named " + std::string(name) + " is registered");
   return *p;
 }
+
+/// MESHTEST_CCL_PATH set to `value` for a scope (nullopt: unset), read again by the CCLs at the
+/// scope's start and end (the registry reads it once: reread_path_env).
+class ScopedPathEnv {
+ public:
+  explicit ScopedPathEnv(const std::optional<std::string>& value) : env_(detail::kPathEnv, value) {
+    detail::reread_path_env();
+  }
+  // The registry reads the variable lazily, at the next collective: after env_ restored it.
+  ~ScopedPathEnv() { detail::reread_path_env(); }
+  ScopedPathEnv(const ScopedPathEnv&) = delete;
+  ScopedPathEnv& operator=(const ScopedPathEnv&) = delete;
+
+ private:
+  test_support::ScopedEnv env_;
+};
 
 /// [3, 2p + 1] f32, element k = 1000 * (device + 1) + k (exact), so that a sum over the devices
 /// is exact in any order; dim 1 splits unevenly over p > 1 devices.
