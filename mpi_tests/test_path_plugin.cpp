@@ -157,13 +157,15 @@ TEST(PathPlugin, TheBuiltInPathsChosenByNameGiveTheSameBits) {
   const Tensor x = path_input(mesh);
   const std::vector<Tensor> want = every_collective(mesh, x, "mpi");
   // The shared-memory path on its own: equal pieces only (it declines the rest), one node of
-  // more than one device (this job's ranks share a host).
+  // more than one device; elsewhere (one device, or ranks on two hosts) it does not apply.
   const Tensor even(Shape{mesh.size(), 3}, DType::f32);
   const auto shm = [&] { return all_gather(mesh, even, {.dim = 0, .path = "shm"}); };
-  if (mesh.size() == 1) {
-    expect_error(mesh, kAllAxes, "shm for one device", [&] { shm(); },
-                 {"path shm was chosen (the option path, or MESHTEST_CCL_PATH) and does not apply "
-                  "to this call's group of 1 device (it applies to one node"});
+  if (!ccl_test::shm_ring_expected(mesh)) {
+    expect_error(mesh, kAllAxes, "shm where it does not apply", [&] { shm(); },
+                 {fmt::format("path shm was chosen (the option path, or MESHTEST_CCL_PATH) and "
+                              "does not apply to this call's group of {} device{} (it applies to "
+                              "one node",
+                              mesh.size(), mesh.size() == 1 ? "" : "s")});
     return;
   }
   EXPECT_TRUE(shm().bitwise_equal(all_gather(mesh, even, {.dim = 0, .path = "mpi"})));
@@ -246,6 +248,7 @@ TEST(PathPlugin, ReportsNameEveryPathInOrderWithWhatItHoldsAndHasMoved) {
   const ScopedPath registered(ledger);
   every_collective(mesh, x);
   const std::vector<PathReport> reports = path_reports(mesh.comm());
+  const bool ring = ccl_test::shm_ring_expected(mesh);
   std::vector<std::string> names;
   for (const PathReport& r : reports) names.push_back(r.name);
   std::vector<std::string> want;
@@ -261,9 +264,7 @@ TEST(PathPlugin, ReportsNameEveryPathInOrderWithWhatItHoldsAndHasMoved) {
       EXPECT_THAT(r.status, ::testing::HasSubstr("MPI's own collectives"));
       EXPECT_FALSE(r.traffic.has_value()) << "MPI's algorithm moves the bytes, uncounted";
     } else if (r.name == "shm") {
-      // One node (these tests run on one machine) and more than one device: the ring.
-      const char* shm = std::getenv("MESHTEST_CCL_SHM");
-      const bool ring = mesh.size() > 1 && (shm == nullptr || std::string_view(shm) != "0");
+      // One node and more than one device: the ring (made by the calls' first agreement).
       EXPECT_EQ(!r.status.empty(), ring) << r.status;
       EXPECT_EQ(r.traffic.has_value(), ring);
       if (ring && r.traffic.has_value()) {

@@ -2,7 +2,10 @@
 // elements are exact and differ across devices.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -22,6 +25,19 @@ inline detail::Path& registered_path(std::string_view name) {
   detail::Path* p = detail::find_path(name);
   if (p == nullptr) throw Error("no path named " + std::string(name) + " is registered");
   return *p;
+}
+
+/// Whether the shared-memory path applies to the mesh's line of devices: more than one device, all
+/// on one node, and the path not turned off (MESHTEST_CCL_SHM=0). Collective over mesh.comm().
+inline bool shm_ring_expected(const MeshDevice& mesh) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(mesh.comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int on_node = 0;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  const char* off = std::getenv("MESHTEST_CCL_SHM");
+  return mesh.size() > 1 && on_node == mesh.size() &&
+         (off == nullptr || std::string_view(off) != "0");
 }
 
 /// MESHTEST_CCL_PATH set to `value` for a scope (nullopt: unset), read again by the CCLs at the
