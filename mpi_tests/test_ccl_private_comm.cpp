@@ -2,13 +2,17 @@
 // user has pending on the same axis communicator neither takes them nor is completed by them.
 // (On one node the shared-memory path sends no messages at all; ctest also runs this binary
 // with MESHTEST_CCL_SHM=0 as test_ccl_private_comm_mpi_path, where the messages are sent.)
+// And the per-communicator objects (CommAttribute) that hold it: a remembered lookup never
+// outlives its communicator.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
+#include "dist/ccl/private_comm.hpp"
 #include "src/core/tensor.hpp"
 
 namespace meshtest::dist {
@@ -64,6 +68,28 @@ TEST(CclPrivateComm, PendingWildcardReceiveOnTheAxisCommIsNotMatched) {
   MPI_Get_count(&st, MPI_INT, &count);
   EXPECT_EQ(count, 1);
   EXPECT_EQ(inbox[0], 1000 + (r - 1 + p) % p);
+}
+
+TEST(CommAttribute, ALookupNeverOutlivesItsCommunicator) {
+  struct Mark {
+    int v = 0;
+  };
+  using Marks = detail::CommAttribute<Mark>;
+  for (int round = 0; round < 4; ++round) {
+    MPI_Comm a = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &a);
+    EXPECT_EQ(Marks::find(a), nullptr) << "round " << round << ": a new communicator";
+    Marks::attach(a, std::make_unique<Mark>(Mark{.v = 7 + round}));  // after a remembered miss
+    ASSERT_NE(Marks::find(a), nullptr) << "round " << round;
+    EXPECT_EQ(Marks::find(a)->v, 7 + round);
+    const MPI_Comm freed = a;
+    MPI_Comm_free(&a);
+    MPI_Comm b = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &b);  // Open MPI may hand out the freed handle again
+    EXPECT_EQ(Marks::find(b), nullptr)
+        << "round " << round << (b == freed ? ": the freed handle, reused" : "");
+    MPI_Comm_free(&b);
+  }
 }
 
 }  // namespace
