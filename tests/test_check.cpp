@@ -11,7 +11,7 @@
 #include "src/check/ulp.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_check {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -364,5 +364,5 @@ TEST(OwnerOf, UnevenSplits) {
   EXPECT_THROW(owner_of(Shape{2, 5}, 0, 0, 0), Error);
 }
 
-}  // namespace
+}  // namespace test_check
 }  // namespace meshtest

@@ -14,7 +14,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_checkpoint {
 
 using test_support::expect_error;
 
@@ -289,5 +289,5 @@ TEST_F(Checkpoint, CorruptOrMissingFilesGiveErrorsNamingThem) {
   expect_error([&] { read_checkpoint(dir_, cfg_, DType::i32); }, {"i32"});
 }
 
-}  // namespace
+}  // namespace test_checkpoint
 }  // namespace meshtest

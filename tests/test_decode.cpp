@@ -22,7 +22,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_decode {
 
 using test_support::expect_error;
 
@@ -190,5 +190,5 @@ TEST(Decode, BadStepsAreErrorsThatLeaveTheCache) {
                {"num_layers is 3, expected -1 (all) or 0 .. 2"});
 }
 
-}  // namespace
+}  // namespace test_decode
 }  // namespace meshtest

@@ -14,7 +14,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dp {
-namespace {
+namespace test_dp_bookkeeping {
 
 using test_support::naive_sample_bias_grad;
 using test_support::naive_sample_weight_grad;
@@ -166,5 +166,5 @@ TEST(TestPerformanceComparison, FuseBkGradientAccumulationCorrectness) {
                test_support::coef_scale(ref), "coef");
 }
 
-}  // namespace
+}  // namespace test_dp_bookkeeping
 }  // namespace meshtest::dp

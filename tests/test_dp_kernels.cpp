@@ -19,7 +19,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dp {
-namespace {
+namespace test_dp_kernels {
 
 using test_support::naive_sample_bias_grad;
 using test_support::naive_sample_weight_grad;
@@ -351,5 +351,5 @@ TEST(TestReplaceLinearWithFused, SpecErrors) {
   expect_error([] { parse_model("relu", 3, DType::bf16); }, {"bf16"});
 }
 
-}  // namespace
+}  // namespace test_dp_kernels
 }  // namespace meshtest::dp

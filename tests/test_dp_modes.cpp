@@ -14,7 +14,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dp {
-namespace {
+namespace test_dp_modes {
 
 using test_support::as_tensor;
 using test_support::coef_scale;
@@ -375,5 +375,5 @@ TEST(TestPerformanceComparison, BadInput) {
   expect_error([] { reduction_from_name("avg"); }, {"unknown loss reduction 'avg'"});
 }
 
-}  // namespace
+}  // namespace test_dp_modes
 }  // namespace meshtest::dp

@@ -10,7 +10,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::dp {
-namespace {
+namespace test_dp_optimizer {
 
 // Gradients of steps 1..3 for slot 0 (6 elements, includes 0 and sign changes) and slot 1 (3).
 const std::vector<std::vector<double>> kGrad0 = {{0.5, -2.0, 0.0, 1e-3, 4.0, -0.25},
@@ -128,5 +128,5 @@ TEST(DpOptimizer, BadInputNamesTheProblem) {
   test_support::expect_error([] { optimizer_from_name("lamb"); }, {"'lamb'", "sgd or adam"});
 }
 
-}  // namespace
+}  // namespace test_dp_optimizer
 }  // namespace meshtest::dp

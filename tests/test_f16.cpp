@@ -12,7 +12,7 @@
 #include "src/core/f16.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_f16 {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -189,5 +189,5 @@ TEST(F16, IsADTypeOfTwoBytes) {
   EXPECT_EQ(static_cast<int>(DType::f16), 6);
 }
 
-}  // namespace
+}  // namespace test_f16
 }  // namespace meshtest

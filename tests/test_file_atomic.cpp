@@ -19,7 +19,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_file_atomic {
 
 namespace fs = std::filesystem;
 
@@ -90,5 +90,5 @@ TEST(WriteFileAtomicDeathTest, AProcessThatDiesMidWriteLeavesTheOldFile) {
   }
 }
 
-}  // namespace
+}  // namespace test_file_atomic
 }  // namespace meshtest

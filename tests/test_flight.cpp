@@ -12,7 +12,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_flight {
 
 FlightEntry entry(std::uint64_t seq, std::string op, FlightState s = FlightState::done,
                   std::uint64_t sig = 7) {
@@ -165,5 +165,5 @@ TEST(Flight, ReadsADirectoryOfDumps) {
   test_support::expect_error([&] { read_flight_dir(dir.path()); }, {"no rank<r>.json"});
 }
 
-}  // namespace
+}  // namespace test_flight
 }  // namespace meshtest::perf

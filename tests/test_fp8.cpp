@@ -14,7 +14,7 @@
 #include "src/core/fp8.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_fp8 {
 
 struct Fields {
   int exponent_bits, mantissa_bits, bias;
@@ -166,5 +166,5 @@ TEST_P(Fp8, SpecialValuesFollowTheSaturatingRule) {
 INSTANTIATE_TEST_SUITE_P(Formats, Fp8, ::testing::ValuesIn(kFp8Formats),
                          [](const auto& info) { return std::string(fp8_name(info.param)); });
 
-}  // namespace
+}  // namespace test_fp8
 }  // namespace meshtest

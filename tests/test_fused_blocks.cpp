@@ -25,7 +25,7 @@
 #include "src/perf/profiler.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_fused_blocks {
 
 /// 130 tokens: more than two of qkv_rope's 64-token panels and of sdpa_sinks' 64-key blocks,
 /// and far past the tiny configs' window of 4.
@@ -151,5 +151,5 @@ TEST(FusedBlocks, FusedBlockBadWeightsThrowNamingTheTensor) {
   }
 }
 
-}  // namespace
+}  // namespace test_fused_blocks
 }  // namespace meshtest

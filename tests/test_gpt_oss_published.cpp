@@ -20,7 +20,7 @@
 #include "src/models/transformer.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_gpt_oss_published {
 
 namespace fs = std::filesystem;
 
@@ -92,5 +92,5 @@ TEST(GptOssPublished, F32LogitsLieWithinTheChainsErrorModel) {
   }
 }
 
-}  // namespace
+}  // namespace test_gpt_oss_published
 }  // namespace meshtest

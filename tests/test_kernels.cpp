@@ -16,7 +16,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::kernels {
-namespace {
+namespace test_kernels {
 
 /// Expects `r` [m, n] to equal y[i][j] = sum_k term(i, j, k) summed in f64 loops, within the
 /// error model: the same f64 products (or FMAs) added in another order, k terms per element,
@@ -191,5 +191,5 @@ TEST(Kernels, UnknownNamesAreErrorsListingTheKnownOnes) {
   test_support::expect_error([&] { fp8_matmul_v1(in); }, {"4 operands (xq, xs, wq, ws)"});
 }
 
-}  // namespace
+}  // namespace test_kernels
 }  // namespace meshtest::kernels

@@ -20,7 +20,7 @@
 #include "src/ops/rms_norm.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_model {
 
 const std::vector<std::int64_t> kTokens{3, 17, 127, 0, 64, 17, 5, 99, 42, 8, 1};
 
@@ -215,5 +215,5 @@ TEST(Transformer, BadInputThrows) {
                Error);
 }
 
-}  // namespace
+}  // namespace test_model
 }  // namespace meshtest

@@ -12,7 +12,7 @@
 #include "src/perf/profiler.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_model_perf_records {
 
 TEST(ModelPerfRecords, TransformerBlockRecordsItsLeafOps) {
   const GptOssConfig c = GptOssConfig::tiny();
@@ -61,5 +61,5 @@ TEST(ModelPerfRecords, NothingRecordedWhenProfilingIsOff) {
   EXPECT_TRUE(perf::records().empty());
 }
 
-}  // namespace
+}  // namespace test_model_perf_records
 }  // namespace meshtest

@@ -10,7 +10,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_mxfp4 {
 
 using test_support::expect_error;
 
@@ -171,5 +171,5 @@ TEST(Mxfp4, TiesRoundToEvenCodes) {
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(q.item(i), want[i]) << "input " << in[i];
 }
 
-}  // namespace
+}  // namespace test_mxfp4
 }  // namespace meshtest

@@ -9,7 +9,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_npy {
 
 namespace fs = std::filesystem;
 
@@ -229,5 +229,5 @@ TEST_F(NpyFiles, UnreadableOrUnwritableFilesNameThePath) {
   expect_error([&] { write_npy(nodir, Tensor(Shape{1}, DType::f32)); }, nodir.string());
 }
 
-}  // namespace
+}  // namespace test_npy
 }  // namespace meshtest

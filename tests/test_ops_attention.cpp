@@ -14,7 +14,7 @@
 #include "src/ops/sdpa.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_attention {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -310,5 +310,5 @@ TEST(AttentionBlock, BadWeightsThrowNamingTheTensor) {
   EXPECT_THROW(attention_block(Tensor(Shape{3, 8}, DType::f32), w, c.attention_params(1)), Error);
 }
 
-}  // namespace
+}  // namespace test_ops_attention
 }  // namespace meshtest

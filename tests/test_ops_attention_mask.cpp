@@ -16,7 +16,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_attention_mask {
 
 using test_support::expect_error;
 using Pattern = std::vector<std::string>;
@@ -194,5 +194,5 @@ TEST(AttentionMask, SdpaAppliesTheSameRule) {
   }
 }
 
-}  // namespace
+}  // namespace test_ops_attention_mask
 }  // namespace meshtest

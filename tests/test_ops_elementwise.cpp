@@ -9,7 +9,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_elementwise {
 
 using test_support::expect_error;
 
@@ -75,5 +75,5 @@ TEST(EmbeddingShard, BadIdsAndShardsAreNamed) {
   EXPECT_EQ(embedding_shard({}, shard, 0, 12).shape(), (Shape{0, 2}));
 }
 
-}  // namespace
+}  // namespace test_ops_elementwise
 }  // namespace meshtest

@@ -22,7 +22,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_experts {
 
 using test_support::expect_error;
 
@@ -273,5 +273,5 @@ TEST(Experts, BadInputThrowsNamingTheTensor) {
   expect_error(run(b), {"route_top_k", "NaN"});
 }
 
-}  // namespace
+}  // namespace test_ops_experts
 }  // namespace meshtest

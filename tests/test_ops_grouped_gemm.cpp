@@ -15,7 +15,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_grouped_gemm {
 
 using test_support::expect_error;
 using Offsets = std::vector<std::int64_t>;
@@ -305,5 +305,5 @@ TEST(GroupedGemmBackward, EdgeSizesAndBadInput) {
       {"dtype bf16 is not supported (expected f32 or f64)"});
 }
 
-}  // namespace
+}  // namespace test_ops_grouped_gemm
 }  // namespace meshtest

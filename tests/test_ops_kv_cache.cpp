@@ -14,7 +14,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_kv_cache {
 
 using test_support::expect_error;
 using Positions = std::vector<std::int64_t>;
@@ -180,5 +180,5 @@ TEST(KvCache, DecodingThroughTheCacheMatchesSdpaOverTheSequence) {
   }
 }
 
-}  // namespace
+}  // namespace test_ops_kv_cache
 }  // namespace meshtest

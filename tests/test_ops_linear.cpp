@@ -15,7 +15,7 @@
 #include "src/ops/linear.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_linear {
 
 // y[r, o] = sum_i x[r, i] w[o, i] + b[o], in double over the flat rows of x.
 std::vector<double> naive_linear(const Tensor& x, const Tensor& w, const Tensor* b) {
@@ -122,5 +122,5 @@ TEST(Add, AddsAndRoundsOnce) {
   EXPECT_THROW(add(a, Tensor(Shape{4}, DType::f64)), Error);
 }
 
-}  // namespace
+}  // namespace test_ops_linear
 }  // namespace meshtest

@@ -15,7 +15,7 @@
 #include "src/ops/moe/moe.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_moe {
 
 double sigmoid(double z) { return 1 / (1 + std::exp(-z)); }
 
@@ -234,5 +234,5 @@ TEST(MlpBlock, BadInputThrows) {
   EXPECT_THROW(moe_experts(x, r, w.mlp1_weight, w.mlp1_bias, w.mlp2_weight), Error);
 }
 
-}  // namespace
+}  // namespace test_ops_moe
 }  // namespace meshtest

@@ -12,7 +12,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_moe_balance {
 
 using test_support::expect_error;
 using Ids = std::vector<std::int64_t>;
@@ -214,5 +214,5 @@ TEST(CheckPlacement, NamesTheExpertMissingOrTwice) {
   expect_error([&] { device_load(good, Ids{1, 2}); }, {"lists 2 experts, the placement 5"});
 }
 
-}  // namespace
+}  // namespace test_ops_moe_balance
 }  // namespace meshtest

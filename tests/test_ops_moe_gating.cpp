@@ -11,7 +11,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_moe_gating {
 
 using test_support::expect_error;
 using Ids = std::vector<std::int64_t>;
@@ -204,5 +204,5 @@ TEST(RouterProbabilities, SoftmaxOfEveryRowInF32OrF64) {
   EXPECT_EQ(router_probabilities(Tensor(Shape{0, 3}, DType::f32)).shape(), (Shape{0, 3}));
 }
 
-}  // namespace
+}  // namespace test_ops_moe_gating
 }  // namespace meshtest

@@ -17,7 +17,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_moe_grad {
 
 using test_support::expect_error;
 
@@ -271,5 +271,5 @@ TEST(MoeBackward, BadInputThrows) {
   expect_error([&] { run(q); }, {"moe_backward", "bf16"});
 }
 
-}  // namespace
+}  // namespace test_ops_moe_grad
 }  // namespace meshtest

@@ -12,7 +12,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_moe_permute {
 
 using test_support::expect_error;
 using Ids = std::vector<std::int64_t>;
@@ -357,5 +357,5 @@ TEST(CheckPermutation, NamesWhatIsInconsistent) {
   expect_error([&] { check_permutation(good, &other); }, {"routing is for 2 tokens x k 1"});
 }
 
-}  // namespace
+}  // namespace test_ops_moe_permute
 }  // namespace meshtest

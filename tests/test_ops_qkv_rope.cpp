@@ -17,7 +17,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_qkv_rope {
 
 using test_support::expect_error;
 
@@ -217,5 +217,5 @@ TEST(QkvRope, BadInputNamesTheProblem) {
   expect_error([&] { run(bad, w.x, w.weight, w.bias); }, {"rope: theta is 0.5"});
 }
 
-}  // namespace
+}  // namespace test_ops_qkv_rope
 }  // namespace meshtest

@@ -9,7 +9,7 @@
 #include "src/ops/rms_norm.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_rms_norm {
 
 TEST(RmsNorm, CraftedVectorMatchesHandValue) {
   // mean(x²) = (1 + 4 + 9 + 16) / 4 = 7.5;  1 / sqrt(7.5 + 1e-5) = 0.3651481282381064
@@ -82,5 +82,5 @@ TEST(RmsNorm, BadInputThrows) {
   EXPECT_THROW(rms_norm(x, Tensor(Shape{4}, DType::f32), -1.0), Error);
 }
 
-}  // namespace
+}  // namespace test_ops_rms_norm
 }  // namespace meshtest

@@ -10,7 +10,7 @@
 #include "src/ops/rope.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_rope {
 
 struct Yarn {
   double concentration;
@@ -184,5 +184,5 @@ TEST(Rope, BadInputThrows) {
   EXPECT_THROW(rope_table(p, 4, 0, DType::i32), Error);
 }
 
-}  // namespace
+}  // namespace test_ops_rope
 }  // namespace meshtest

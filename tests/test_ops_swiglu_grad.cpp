@@ -14,7 +14,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_ops_swiglu_grad {
 
 using test_support::expect_error;
 
@@ -252,5 +252,5 @@ TEST(SwigluBackward, BadInputThrows) {
                {"swiglu_backward", "[..., 2I]"});
 }
 
-}  // namespace
+}  // namespace test_ops_swiglu_grad
 }  // namespace meshtest

@@ -10,7 +10,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_perf_aggregate {
 
 using test_support::expect_error;
 
@@ -165,5 +165,5 @@ TEST(PerfAggregate, BadInputs) {
   expect_error([&] { aggregate(double_stop); }, {"\"stop\" signpost", "without a \"start\""});
 }
 
-}  // namespace
+}  // namespace test_perf_aggregate
 }  // namespace meshtest::perf

@@ -12,7 +12,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_perf_check {
 
 using test_support::expect_error;
 
@@ -153,5 +153,5 @@ TEST(PerfMachine, ThisMachineRoundTripsAndBadFilesAreNamed) {
                {"cannot read '/nonexistent/machine.json'"});
 }
 
-}  // namespace
+}  // namespace test_perf_check
 }  // namespace meshtest::perf

@@ -10,7 +10,7 @@
 #include "tests/support/perf_records.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_perf_csv {
 
 using test_support::expect_error;
 using test_support::op_spec;
@@ -140,5 +140,5 @@ TEST(PerfCsv, TimesThatOverflowInt64AreErrors) {
                {"o.csv: line 6: device 0's durations and latencies", "sum past the int64 range"});
 }
 
-}  // namespace
+}  // namespace test_perf_csv
 }  // namespace meshtest::perf

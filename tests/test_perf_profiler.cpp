@@ -10,7 +10,7 @@
 #include "src/perf/profiler.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_perf_profiler {
 
 TEST(Profiler, OffByDefaultRecordsNothing) {
   clear();
@@ -240,5 +240,5 @@ TEST(Profiler, OpTypeNamesRoundTripAndUnknownNamesThrow) {
   EXPECT_THROW(op_type_from_name("kernel"), Error);
 }
 
-}  // namespace
+}  // namespace test_perf_profiler
 }  // namespace meshtest::perf

@@ -26,7 +26,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_perf_report {
 
 using nlohmann::json;
 using test_support::chrome_trace_problems;
@@ -228,5 +228,5 @@ TEST(PerfReport, CclBenchJsonLimits) {
                {"l.json", "more than 64 deep"});
 }
 
-}  // namespace
+}  // namespace test_perf_report
 }  // namespace meshtest::perf

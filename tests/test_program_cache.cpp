@@ -6,7 +6,7 @@
 #include <memory>
 
 namespace meshtest::perf {
-namespace {
+namespace test_program_cache {
 
 struct CountPlan : Plan {
   int id = 0;
@@ -95,5 +95,5 @@ TEST(ProgramCache, ScopedSwitchRestores) {
   EXPECT_TRUE(program_cache().enabled());
 }
 
-}  // namespace
+}  // namespace test_program_cache
 }  // namespace meshtest::perf

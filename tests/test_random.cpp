@@ -7,7 +7,7 @@
 #include "src/core/random.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_random {
 
 using Words4 = std::array<std::uint32_t, 4>;
 
@@ -180,5 +180,5 @@ TEST(Random, RankZeroAndEmpty) {
   EXPECT_EQ(random_normal(Shape{0, 3}, DType::f32, {}).numel(), 0);
 }
 
-}  // namespace
+}  // namespace test_random
 }  // namespace meshtest

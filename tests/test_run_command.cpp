@@ -7,7 +7,7 @@
 #include "tests/support/run_command.hpp"
 
 namespace meshtest::test_support {
-namespace {
+namespace test_run_command {
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -43,5 +43,5 @@ TEST(RunCommand, ACommandExiting124ItselfIsNotATimeout) {
   EXPECT_FALSE(has(r.out, "timed out")) << r.out;
 }
 
-}  // namespace
+}  // namespace test_run_command
 }  // namespace meshtest::test_support

@@ -11,7 +11,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_safetensors {
 
 using test_support::expect_error;
 
@@ -273,5 +273,5 @@ TEST_F(Safetensors, MissingNamesAndUnreadableFiles) {
   expect_error([&] { write_safetensors(nodir, {{"a", x}}); }, {nodir.string()});
 }
 
-}  // namespace
+}  // namespace test_safetensors
 }  // namespace meshtest

@@ -9,7 +9,7 @@
 #include "tests/support/temp_dir.hpp"
 
 namespace meshtest::test_support {
-namespace {
+namespace test_temp_dir {
 
 namespace fs = std::filesystem;
 
@@ -69,5 +69,5 @@ TEST(TempDir, TheRootFollowsMeshtestTmpdir) {
   }
 }
 
-}  // namespace
+}  // namespace test_temp_dir
 }  // namespace meshtest::test_support

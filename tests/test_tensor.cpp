@@ -6,7 +6,7 @@
 #include "src/core/tensor.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_tensor {
 
 TEST(SplitRange, FollowsArraySplit) {
   // numpy.array_split(range(10), 4) -> sizes 3, 3, 2, 2
@@ -102,22 +102,22 @@ TEST(Tensor, AstypeToAndFromF16) {
   EXPECT_EQ(describe(filled), "f16[3]");
 }
 
-}  // namespace
+}  // namespace test_tensor
 }  // namespace meshtest
 
 namespace meshtest {
-namespace {
+namespace test_tensor {
 TEST(Shape, OverflowingElementCountThrows) {
   EXPECT_THROW((Shape{1LL << 40, 1LL << 40}), Error);
   EXPECT_THROW((Shape{0, 1LL << 62, 1LL << 62}), Error);  // inner(0) would overflow
   EXPECT_NO_THROW((Shape{0, 1LL << 62}));
   EXPECT_EQ((Shape{1LL << 31, 1LL << 31}).numel(), 1LL << 62);
 }
-}  // namespace
+}  // namespace test_tensor
 }  // namespace meshtest
 
 namespace meshtest {
-namespace {
+namespace test_tensor {
 
 TEST(Tensor, ZeroFilledEvenOverReusedMemory) {
   // Freed memory is handed out again by malloc: the plain constructor must still zero it,
@@ -175,5 +175,5 @@ TEST(Tensor, AResourceHoldsItsBytesAndMovesKeepThem) {
   EXPECT_EQ(r.live, 0U) << "every byte went back to the resource";
 }
 
-}  // namespace
+}  // namespace test_tensor
 }  // namespace meshtest

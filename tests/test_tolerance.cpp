@@ -14,7 +14,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_tolerance {
 
 using test_support::expect_error;
 
@@ -291,5 +291,5 @@ TEST(EigenCache, TheEnvironmentSetsEigensSizes) {
   if (!saved.empty()) ::setenv("MESHTEST_EIGEN_CACHE", saved.c_str(), 1);
 }
 
-}  // namespace
+}  // namespace test_tolerance
 }  // namespace meshtest

@@ -12,7 +12,7 @@
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::perf {
-namespace {
+namespace test_trace {
 
 using test_support::expect_error;
 
@@ -175,5 +175,5 @@ TEST(Trace, OwnershipErrors) {
   }
 }
 
-}  // namespace
+}  // namespace test_trace
 }  // namespace meshtest::perf

@@ -16,7 +16,7 @@
 #include "src/perf/trace.hpp"
 
 namespace meshtest {
-namespace {
+namespace test_trace_fused_ops {
 
 // Overwrites t's contents in place (same buffer) with new random values.
 void refill(Tensor& t, std::uint64_t seed) {
@@ -244,5 +244,5 @@ TEST(TraceFusedOps, TensorStepWithAnEmptyTensorIsAnError) {
   }
 }
 
-}  // namespace
+}  // namespace test_trace_fused_ops
 }  // namespace meshtest

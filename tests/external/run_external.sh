@@ -72,9 +72,10 @@ fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-# Build the examples with the compiler, build type and sanitizer of meshtest's build.
+# Build the examples with the generator, compiler, build type and sanitizer of meshtest's build.
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt"; }
-cmake_args=(-DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)")
+cmake_args=(-G "$(cache_value CMAKE_GENERATOR)"
+            -DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)")
 build_type=$(cache_value CMAKE_BUILD_TYPE)
 if [[ "$(cache_value MESHTEST_SANITIZE)" == ON ]]; then
   # MESHTEST_SANITIZE: meshtest_add_mpi_test gives the tests the LeakSanitizer suppressions of
