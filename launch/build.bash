@@ -24,9 +24,10 @@ usage_build() {
   cat <<EOF
 Usage: $PROG build [options]
 
-Configures (cmake -S <repo> -B build -DCMAKE_BUILD_TYPE=Release) and builds
-(cmake --build build -j\$MESHTEST_JOBS). Binaries go to build/bin, unit tests to
-build/tests, MPI tests to build/mpi_tests.
+Configures (cmake -S <repo> -B build -DCMAKE_BUILD_TYPE=Release; a new build
+directory with -G Ninja where ninja is installed and CMAKE_GENERATOR is unset) and
+builds (cmake --build build -j\$MESHTEST_JOBS). Binaries go to build/bin, unit tests
+to build/tests, MPI tests to build/mpi_tests.
 
 $(build_options_help)
 EOF
