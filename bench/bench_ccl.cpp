@@ -28,7 +28,7 @@
 
 namespace meshtest::bench::ccl {
 
-namespace {
+namespace bench_ccl {
 
 namespace po = boost::program_options;
 using dist::MeshDevice;
@@ -379,5 +379,5 @@ const tools::RegisterSubcommand reg{
      "on GPUs against the direct NCCL call",
      &bench_ccl}};
 
-}  // namespace
+}  // namespace bench_ccl
 }  // namespace meshtest::bench::ccl

@@ -31,7 +31,7 @@
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
-namespace {
+namespace bench_dpsgd {
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -263,5 +263,5 @@ int bench_dpsgd_main(int argc, char** argv) {
 const RegisterSubcommand reg{
     {"dpsgd", "DP modes' step time and peak memory as ratios to non_private", &bench_dpsgd_main}};
 
-}  // namespace
+}  // namespace bench_dpsgd
 }  // namespace meshtest::tools

@@ -21,7 +21,7 @@
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
-namespace {
+namespace bench_gpt_oss {
 
 namespace po = boost::program_options;
 
@@ -231,5 +231,5 @@ const RegisterSubcommand reg{
     {"gpt-oss", "per-op time and GFLOP/s of gpt-oss attention and MLP at 20b widths vs Eigen GEMM",
      &bench_main}};
 
-}  // namespace
+}  // namespace bench_gpt_oss
 }  // namespace meshtest::tools

@@ -28,7 +28,7 @@
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
-namespace {
+namespace bench_moe {
 
 namespace po = boost::program_options;
 using bench::MoeBenchOptions;
@@ -192,5 +192,5 @@ const RegisterSubcommand reg{
     {"moe", "grouped GEMM vs dense, EP dispatch/combine vs minimum and all_gather, EP vs TP block",
      &bench_moe_main}};
 
-}  // namespace
+}  // namespace bench_moe
 }  // namespace meshtest::tools

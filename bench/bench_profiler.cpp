@@ -20,7 +20,7 @@
 #include "tools/subcommand.hpp"
 
 namespace meshtest::bench {
-namespace {
+namespace bench_profiler {
 
 namespace po = boost::program_options;
 using dist::MeshDevice;
@@ -203,5 +203,5 @@ const tools::RegisterSubcommand reg{
     {"profiler", "OpScope overhead per op, and trace replay vs eager for a CCL sequence",
      &bench_profiler}};
 
-}  // namespace
+}  // namespace bench_profiler
 }  // namespace meshtest::bench

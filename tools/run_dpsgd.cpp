@@ -21,7 +21,7 @@
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
-namespace {
+namespace run_dpsgd {
 
 namespace po = boost::program_options;
 
@@ -146,5 +146,5 @@ int dpsgd_main(int argc, char** argv) {
 const RegisterSubcommand reg{
     {"dpsgd", "one DP-SGD step on your weights and data (norms, gradient)", &dpsgd_main}};
 
-}  // namespace
+}  // namespace run_dpsgd
 }  // namespace meshtest::tools

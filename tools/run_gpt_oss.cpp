@@ -21,7 +21,7 @@
 #include "tools/subcommand.hpp"
 
 namespace meshtest::tools {
-namespace {
+namespace run_gpt_oss {
 
 namespace po = boost::program_options;
 constexpr std::string_view kName = "meshtest-run gpt-oss";
@@ -216,5 +216,5 @@ const RegisterSubcommand reg{
     {"gpt-oss", "logits of a gpt-oss checkpoint for given tokens (single device, TP or EP mesh)",
      &gpt_oss_main}};
 
-}  // namespace
+}  // namespace run_gpt_oss
 }  // namespace meshtest::tools
