@@ -1,5 +1,6 @@
 // MPI test helper for test_ccl: the cases (every mesh shape that fits np x axis x dim x dtype x
-// reduce op; above 8 ranks one dtype per mesh shape and axis, in turn: support/scale.hpp) as calls
+// reduce op; above 8 ranks the lines and squarest shapes, one dtype per mesh shape and axis, in
+// turn: support/scale.hpp) as calls
 // of dist/ccl/cases.hpp's table (which makes the inputs and the expected outputs), the groups,
 // bitwise checks and the maps of the direct MPI calls.
 #pragma once
@@ -10,6 +11,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -70,15 +72,20 @@ inline std::vector<Case> make_cases() {
   constexpr int kDims[] = {0, 1, 2, -1};
   constexpr std::pair<int, int> kA2a[] = {{0, 0}, {0, 1}, {1, 0}, {2, 2}, {-1, 1}};
   constexpr std::pair<int, int> kA2av[] = {{0, 0}, {-1, -1}, {0, 2}};
+  std::vector<std::array<int, 2>> shapes;
+  for (int rows = 1; rows <= n; ++rows) {
+    if (n % rows == 0) shapes.push_back({rows, n / rows});
+  }
   std::vector<Case> out;
   std::size_t salt = 0;  // above 8 ranks each (mesh shape, axis) takes one dtype, in turn
-  for (int rows = 1; rows <= n; ++rows) {
-    if (n % rows != 0) continue;
+  // Above 8 ranks the lines and the squarest shapes (support/scale.hpp): at 32 ranks 4 of the 6,
+  // with 12 (shape, axis) pairs for the 7 dtypes.
+  for (const auto [rows, cols] : test_support::mesh_shapes_at_scale(shapes)) {
     for (int axis : {0, 1, kAllAxes}) {
       for (DType t :
            test_support::sample_at_scale(std::span<const DType>(kAllDTypes), n, 1, salt++)) {
         const Case base{
-            .op = CclOp::all_gather, .rows = rows, .cols = n / rows, .axis = axis, .dtype = t};
+            .op = CclOp::all_gather, .rows = rows, .cols = cols, .axis = axis, .dtype = t};
         auto add = [&](CclOp op, int dim, int concat_dim = 0, ReduceOp rop = ReduceOp::sum) {
           Case c = base;
           c.op = op, c.dim = dim, c.concat_dim = concat_dim, c.rop = rop;
