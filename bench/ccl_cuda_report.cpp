@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/ccl_cuda.hpp"
-#include "dist/gpu/nccl_calls.hpp"
+#include "dist/gpu/ccl/nccl_calls.hpp"
 #include "dist/mesh/mpi_check.hpp"
 
 namespace meshtest::bench::ccl {

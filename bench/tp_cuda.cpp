@@ -16,8 +16,8 @@
 
 #include "bench/bench_common.hpp"
 #include "dist/ccl/malloc_tuning.hpp"
-#include "dist/gpu/rank_gpu.hpp"
-#include "dist/gpu/tp_attention.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
+#include "dist/gpu/parallel/tp_attention.hpp"
 #include "dist/mesh/environment.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/perf/gather.hpp"

@@ -42,9 +42,11 @@ LAYERS = [
     "dist/perf",
     "dist/parallel",
     "dist/kernels",
-    # The mesh over NCCL and the CCLs' device path (on dist/ccl's seam), and GPU ops sharded
-    # the CPU layers' way (the fp8 GPU versions over dist/kernels' shard functions).
-    "dist/gpu",
+    # The GPU ranks' transport: the mesh over NCCL and the CCLs' device path (on dist/ccl's
+    # seam); then GPU ops sharded the CPU layers' way on it (the fp8 GPU versions over
+    # dist/kernels' shard functions).
+    "dist/gpu/ccl",
+    "dist/gpu/parallel",
     "dist/testing",
 ]
 
@@ -183,7 +185,7 @@ def design_layers(root):
         if top_match:
             top = top_match.group(1)
             continue
-        sub_match = re.match(r"^  ([a-z_]+)/\s", line)
+        sub_match = re.match(r"^  ([a-z_]+(?:/[a-z_]+)*)/\s", line)  # also gpu/ccl/
         if sub_match and top in ("src", "dist"):
             listed.append(f"{top}/{sub_match.group(1)}")
         elif line.startswith("```"):

@@ -28,7 +28,7 @@ namespace meshtest::dist {
 /// meshtest::Error, the same on every device of the group (never a hang), for: a bad axis
 /// (locally); devices disagreeing on op, dtype, shape, numerics or MESHTEST_CCL_NODE_CHAIN; an
 /// unsupported op for the dtype ("reduce op X is not supported for dtype Y"); opt.numerics
-/// nccl (NCCL's arithmetic is for tensors on a GPU: dist/gpu/ccl.hpp); on the MPI path, more
+/// nccl (NCCL's arithmetic is for tensors on a GPU: dist/gpu/ccl/ccl.hpp); on the MPI path, more
 /// than INT_MAX elements.
 Tensor all_reduce(const MeshDevice& mesh, const Tensor& x, const AllReduceOptions& opt = {});
 

@@ -14,7 +14,7 @@ enum class ReduceOp { sum, max, min, avg };
 std::string_view reduce_op_name(ReduceOp op);
 
 /// The arithmetic of a reduction (all_reduce, reduce_scatter) on tensors on a GPU
-/// (dist/gpu/ccl.hpp). On host memory every path has the exact numerics.
+/// (dist/gpu/ccl/ccl.hpp). On host memory every path has the exact numerics.
 enum class Numerics {
   from_env,  ///< MESHTEST_GPU_REDUCE decides: exact (also when unset) or nccl
   exact,     ///< the CPU path's bits: axis order, bf16/f16 accumulated in f32 and rounded once

@@ -29,7 +29,7 @@ namespace meshtest::dist {
 /// of the group (never a hang), for: a bad axis (locally) or dim; devices disagreeing on dim,
 /// op or numerics, on the dtype or on the shape; avg on an integer dtype or any op on u8
 /// ("reduce op X is not supported for dtype Y"); opt.numerics nccl (NCCL's arithmetic is for
-/// tensors on a GPU: dist/gpu/ccl.hpp); on the MPI path, an input beyond INT_MAX elements.
+/// tensors on a GPU: dist/gpu/ccl/ccl.hpp); on the MPI path, an input beyond INT_MAX elements.
 Tensor reduce_scatter(const MeshDevice& mesh, const Tensor& x,
                       const ReduceScatterOptions& opt = {});
 

@@ -22,7 +22,7 @@
 #include <functional>
 #include <vector>
 
-#include "dist/gpu/ccl.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
 #include "dist/testing/fused/chunked.hpp"
 #include "dist/testing/harness/single_device.hpp"
 #include "src/gpu/device_tensor.hpp"

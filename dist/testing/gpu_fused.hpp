@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/gpu/nccl_comm.hpp"
+#include "dist/gpu/ccl/nccl_comm.hpp"
 #include "dist/testing/fused/fused_op.hpp"
 #include "dist/testing/gpu_checks.hpp"
 #include "src/gpu/graph.hpp"

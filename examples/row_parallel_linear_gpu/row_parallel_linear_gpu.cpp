@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "dist/gpu/ccl.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
 #include "linear_kernel.hpp"
 #include "src/core/error.hpp"
 #include "src/gpu/runtime.hpp"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/gpu/ccl.hpp"
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/shard/placement.hpp"
 #include "dist/testing/harness/harness.hpp"

@@ -1,6 +1,6 @@
 // The faults of mpi_tests/gpu/test_gpu_faults, run as child jobs (mpirun -np N gpu_fault_case
 // --gtest_filter=GpuFault.<case>, N = 2 or 4): rank 1 fails while the other ranks wait inside an
-// exact all_reduce or reduce_scatter on device buffers over the whole mesh (dist/gpu/exchange,
+// exact all_reduce or reduce_scatter on device buffers over the whole mesh (dist/gpu/ccl/exchange,
 // then g.synchronize()). Each collective runs inside a CclLogScope, as the CCL front ends run
 // theirs, so that the harness's report names the one the others wait in. Every rank prints what
 // fault_step.hpp says (reaching the faulty step, running its job-end hooks), and a rank whose
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "dist/ccl/ccl_log.hpp"
-#include "dist/gpu/exchange.hpp"
+#include "dist/gpu/ccl/exchange.hpp"
 #include "mpi_tests/gpu/gpu_fault_kernels.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/harness_cases/fault_step.hpp"

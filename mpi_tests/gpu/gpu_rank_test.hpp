@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "dist/testing/harness/harness.hpp"
 #include "src/core/error.hpp"
 

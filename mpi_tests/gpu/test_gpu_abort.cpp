@@ -1,4 +1,4 @@
-// The fault path of GPU ranks (dist/gpu/nccl_calls): a rank waiting inside an exchange whose
+// The fault path of GPU ranks (dist/gpu/ccl/nccl_calls): a rank waiting inside an exchange whose
 // peer never comes is released by the abort hook (abort_all_nccl from another thread, as the
 // harness's watchdog calls it) within the hook's limit, with an Error naming the reason; after
 // it every NCCL use throws instead of waiting. The abort is for the whole process, so this binary
@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "dist/gpu/exchange.hpp"
+#include "dist/gpu/ccl/exchange.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "src/gpu/device_tensor.hpp"
 

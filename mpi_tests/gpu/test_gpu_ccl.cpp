@@ -1,4 +1,4 @@
-// The collectives on DeviceTensors (dist/gpu/ccl.hpp) against the CPU path: every CCL gives
+// The collectives on DeviceTensors (dist/gpu/ccl/ccl.hpp) against the CPU path: every CCL gives
 // exactly the bits of the host call on host copies of the same inputs — f32, bf16, f16, f64 (and
 // i32 for the copies); sum, avg, max; uneven splits; dims 0 and not leading (blocks packed on the
 // GPU); in place — on the whole mesh and both axes of every mesh shape of the world; the table's
@@ -19,8 +19,8 @@
 
 #include "dist/ccl/cases.hpp"
 #include "dist/ccl/ccl.hpp"
-#include "dist/gpu/ccl.hpp"
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"

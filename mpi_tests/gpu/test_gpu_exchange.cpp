@@ -1,4 +1,4 @@
-// The raw exchanges on device buffers (dist/gpu/exchange) against the CPU path: every exchange
+// The raw exchanges on device buffers (dist/gpu/ccl/exchange) against the CPU path: every exchange
 // gives exactly the bytes of dist::all_gather / reduce_scatter / all_reduce / all_to_all(_v) /
 // broadcast on host copies of the same inputs — f32, bf16, f16, f64 (and i32 for the copies); sum,
 // avg, max; uneven and equal blocks; in place — on every group of every mesh shape of the world;
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dist/ccl/ccl.hpp"
-#include "dist/gpu/exchange.hpp"
+#include "dist/gpu/ccl/exchange.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "src/gpu/device_tensor.hpp"

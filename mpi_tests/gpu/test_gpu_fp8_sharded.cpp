@@ -1,11 +1,11 @@
-// The fp8 matmul's GPU versions sharded over GPU ranks (dist/gpu/fp8_matmul_gpu_parallel.hpp),
-// column-parallel and row-parallel, on each axis of every mesh shape of the world (gpu_terms.hpp):
-// against the same version's single-device run (the same sums in another order, within the f32
-// error model of the CPU shard test at the version's accumulation roundoff; gpu v2's
-// column-parallel run bit for bit) and against the f64 reference within the version's
-// tolerance; every block counted exactly once (operands whose blocks carry distinct powers of
-// two make exact sums); bad input is one Error on every device. Skips every test, with the
-// reason, where a rank has no GPU of its own.
+// The fp8 matmul's GPU versions sharded over GPU ranks
+// (dist/gpu/parallel/fp8_matmul_gpu_parallel.hpp), column-parallel and row-parallel, on each axis
+// of every mesh shape of the world (gpu_terms.hpp): against the same version's single-device run
+// (the same sums in another order, within the f32 error model of the CPU shard test at the
+// version's accumulation roundoff; gpu v2's column-parallel run bit for bit) and against the f64
+// reference within the version's tolerance; every block counted exactly once (operands whose blocks
+// carry distinct powers of two make exact sums); bad input is one Error on every device. Skips
+// every test, with the reason, where a rank has no GPU of its own.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/gpu/fp8_matmul_gpu_parallel.hpp"
+#include "dist/gpu/parallel/fp8_matmul_gpu_parallel.hpp"
 #include "dist/kernels/fp8_matmul_parallel.hpp"
 #include "dist/mesh/agree.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"

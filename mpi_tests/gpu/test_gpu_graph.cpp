@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/gpu/ccl.hpp"
-#include "dist/gpu/tp_attention.hpp"
-#include "dist/gpu/tp_mlp.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
+#include "dist/gpu/parallel/tp_attention.hpp"
+#include "dist/gpu/parallel/tp_mlp.hpp"
 #include "dist/parallel/tp_shard.hpp"
 #include "dist/testing/gpu_fused.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"

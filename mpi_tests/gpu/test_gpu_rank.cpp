@@ -1,5 +1,5 @@
-// Ranks and GPUs (dist/gpu/rank_gpu) and a mesh's NCCL communicators (dist/gpu/nccl_comm): the
-// placement rule on faked counts, this node's placement against MPI's own view, and the binding
+// Ranks and GPUs (dist/gpu/ccl/rank_gpu) and a mesh's NCCL communicators (dist/gpu/ccl/nccl_comm):
+// the placement rule on faked counts, this node's placement against MPI's own view, and the binding
 // — each rank on the GPU of its node-local index, or the same Error on every rank, before any
 // NCCL call; the collectives on DeviceTensors before it, an Error saying how to bind. Runs with or
 // without GPUs: the checks follow what the machine has.
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/gpu/ccl.hpp"
-#include "dist/gpu/nccl_comm.hpp"
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
+#include "dist/gpu/ccl/nccl_comm.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"

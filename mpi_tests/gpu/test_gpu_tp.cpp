@@ -1,4 +1,4 @@
-// The tensor-parallel block on GPUs (dist/gpu/tp_linear.hpp, tp_mlp.hpp, tp_attention.hpp)
+// The tensor-parallel block on GPUs (dist/gpu/parallel/tp_linear.hpp, tp_mlp.hpp, tp_attention.hpp)
 // against meshtest's CPU single-device ops on the same weights, within the error model
 // (src/check/tolerance.hpp), f32 and bf16, with the TP axis each axis group of every mesh shape
 // of the world (gpu_terms.hpp's for_each_mesh_axis); the per-op records of a TP MLP timed on the
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/gpu/tp_attention.hpp"
-#include "dist/gpu/tp_linear.hpp"
-#include "dist/gpu/tp_mlp.hpp"
+#include "dist/gpu/parallel/tp_attention.hpp"
+#include "dist/gpu/parallel/tp_linear.hpp"
+#include "dist/gpu/parallel/tp_mlp.hpp"
 #include "dist/parallel/tp_shard.hpp"
 #include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "src/gpu/device_tensor.hpp"
 #include "src/gpu/runtime.hpp"
 

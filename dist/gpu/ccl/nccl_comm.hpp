@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dist/gpu/nccl_calls.hpp"
+#include "dist/gpu/ccl/nccl_calls.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "src/gpu/capture.hpp"
 #include "src/gpu/runtime.hpp"

@@ -1,12 +1,12 @@
 // Column- and row-parallel fp8 matmul on GPU ranks: the CPU family's shards, a GPU version run on
 // each, the GPU collectives to join the outputs.
-#include "dist/gpu/fp8_matmul_gpu_parallel.hpp"
+#include "dist/gpu/parallel/fp8_matmul_gpu_parallel.hpp"
 
 #include <functional>
 #include <string>
 #include <string_view>
 
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "dist/kernels/fp8_matmul_parallel.hpp"
 #include "dist/kernels/parallel.hpp"
 #include "dist/mesh/agree.hpp"

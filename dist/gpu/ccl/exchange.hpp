@@ -23,7 +23,7 @@
 #include <span>
 
 #include "dist/ccl/options.hpp"
-#include "dist/gpu/nccl_comm.hpp"
+#include "dist/gpu/ccl/nccl_comm.hpp"
 #include "src/core/dtype.hpp"
 #include "src/gpu/reduce.hpp"
 

@@ -1,11 +1,11 @@
 // device_path: the exchanges of the CCLs on GPU memory over the call's NCCL group, with blocks
 // packed on the GPU.
-#include "dist/gpu/device_path.hpp"
+#include "dist/gpu/ccl/device_path.hpp"
 
 #include "dist/ccl/detail.hpp"
 #include "dist/ccl/path_registry.hpp"
-#include "dist/gpu/exchange.hpp"
-#include "dist/gpu/nccl_comm.hpp"
+#include "dist/gpu/ccl/exchange.hpp"
+#include "dist/gpu/ccl/nccl_comm.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/gpu/runtime.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "dist/gpu/tp_linear.hpp"
+#include "dist/gpu/parallel/tp_linear.hpp"
 #include "src/core/tensor.hpp"
 #include "src/ops/activations.hpp"
 

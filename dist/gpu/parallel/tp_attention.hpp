@@ -2,7 +2,7 @@
 // GPU: qkv column-parallel (a device's q heads, then its k and v heads), out row-parallel.
 #pragma once
 
-#include "dist/gpu/tp_linear.hpp"
+#include "dist/gpu/parallel/tp_linear.hpp"
 #include "src/ops/attention_types.hpp"
 
 namespace meshtest::dist {

@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "dist/gpu/ccl.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "src/gpu/blas.hpp"
 #include "src/gpu/device_tensor.hpp"
@@ -26,7 +26,7 @@ namespace meshtest::dist {
 /// The TP axis of the GPU tensor-parallel ops: 0, 1 or kAllAxes (every device of the mesh).
 struct GpuTpOptions {
   int axis = kAllAxes;
-  /// The all_reduce's numerics (dist/gpu/ccl.hpp): exact (the CPU path's bits) by default.
+  /// The all_reduce's numerics (dist/gpu/ccl/ccl.hpp): exact (the CPU path's bits) by default.
   Numerics numerics = Numerics::from_env;
 };
 

@@ -1,6 +1,6 @@
 // tp_mlp (GPU): local checks, mlp1 and swiglu queued on the Blas's stream, then
 // row_parallel_linear_after (mlp2, one agreement on every check, the all_reduce).
-#include "dist/gpu/tp_mlp.hpp"
+#include "dist/gpu/parallel/tp_mlp.hpp"
 
 #include <cmath>
 #include <string>

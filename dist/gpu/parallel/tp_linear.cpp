@@ -1,6 +1,6 @@
 // tp_linear (GPU): column-parallel = the local GEMM; row-parallel = local checks, the local GEMM
 // (bias on index 0) queued, the agreement on the checks, then the all_reduce over the TP axis.
-#include "dist/gpu/tp_linear.hpp"
+#include "dist/gpu/parallel/tp_linear.hpp"
 
 #include <utility>
 

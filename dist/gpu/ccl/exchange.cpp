@@ -1,6 +1,6 @@
 // exchange: block plans, the point-to-point exchange every uneven collective shares, the exact
 // reduce-scatter (and the all-reduce built on it), NCCL's reductions and the copies.
-#include "dist/gpu/exchange.hpp"
+#include "dist/gpu/ccl/exchange.hpp"
 
 #include <string_view>
 #include <utility>

@@ -1,5 +1,5 @@
 // tp_attention (GPU): the projections' weights on the device and the two TP linears.
-#include "dist/gpu/tp_attention.hpp"
+#include "dist/gpu/parallel/tp_attention.hpp"
 
 namespace meshtest::dist {
 

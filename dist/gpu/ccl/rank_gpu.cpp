@@ -1,5 +1,5 @@
 // rank_gpu: the node-local index of each rank, the check of its GPU, and the agreed binding.
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 
 #include <mpi.h>
 
@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "dist/gpu/nccl_calls.hpp"
+#include "dist/gpu/ccl/nccl_calls.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "src/gpu/runtime.hpp"
 

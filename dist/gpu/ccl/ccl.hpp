@@ -21,7 +21,7 @@ using DeviceTensor = meshtest::gpu::DeviceTensor;
 // devices disagreeing on the call (another collective or none), on an option, on the dtype or on
 // the shape, or passing host memory where the others pass GPU memory — all found before NCCL is
 // entered. On GPU ranks:
-//  - Binding: the rank is bound to its GPU (dist/gpu/rank_gpu.hpp: bind_rank_to_gpu, collective
+//  - Binding: the rank is bound to its GPU (dist/gpu/ccl/rank_gpu.hpp: bind_rank_to_gpu, collective
 //    over MPI_COMM_WORLD) before its first collective here, and x is on that GPU; otherwise every
 //    device of the group throws, naming the rank's problem (not bound; x on cuda:i while the
 //    rank's GPU is cuda:j). Each call runs with the rank's GPU current; outputs are allocated

@@ -1,6 +1,6 @@
 // nccl_comm: making, splitting and releasing a mesh's NCCL communicators; the group's stream and
 // staging memory.
-#include "dist/gpu/nccl_comm.hpp"
+#include "dist/gpu/ccl/nccl_comm.hpp"
 
 #include <mpi.h>
 
@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "dist/mesh/agree.hpp"
 #include "dist/mesh/mpi_check.hpp"
 

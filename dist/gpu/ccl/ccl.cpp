@@ -1,14 +1,14 @@
 // ccl (GPU): DeviceTensors as the front ends' operands (CclArg in the rank's GPU memory), their
 // outputs allocated on that GPU, over the installed device path.
-#include "dist/gpu/ccl.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
 
 #include <fmt/format.h>
 
 #include <optional>
 
 #include "dist/ccl/front_end.hpp"
-#include "dist/gpu/device_path.hpp"
-#include "dist/gpu/rank_gpu.hpp"
+#include "dist/gpu/ccl/device_path.hpp"
+#include "dist/gpu/ccl/rank_gpu.hpp"
 #include "src/gpu/runtime.hpp"
 
 namespace meshtest::dist {

@@ -3,7 +3,7 @@
 // (dist/kernels/fp8_matmul_parallel.hpp, whose shard functions cut the inputs here as well):
 //   column-parallel: w's N blocks (b rows of wq, one row of ws each) split over the axis by the
 //                    array_split rule on the ceil(n / b) blocks, x whole on every device; each
-//                    device's output [m, n_i] is all_gathered along N (dist/gpu/ccl.hpp).
+//                    device's output [m, n_i] is all_gathered along N (dist/gpu/ccl/ccl.hpp).
 //   row-parallel:    the K blocks (b columns of xq and wq, one column of xs and ws each) split
 //                    the same way; the partial products [m, n] are summed by all_reduce, with
 //                    the collective's numerics (exact by default, MESHTEST_GPU_REDUCE).
@@ -22,7 +22,7 @@
 // why, before any collective: nobody is left waiting.
 #pragma once
 
-#include "dist/gpu/ccl.hpp"
+#include "dist/gpu/ccl/ccl.hpp"
 #include "dist/mesh/mesh_device.hpp"
 #include "src/gpu/kernels/family.hpp"
 #include "src/kernels/family.hpp"

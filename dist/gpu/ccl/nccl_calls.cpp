@@ -1,5 +1,5 @@
 // nccl_calls: the NCCL lock, the live communicators, polling waits and the abort hook.
-#include "dist/gpu/nccl_calls.hpp"
+#include "dist/gpu/ccl/nccl_calls.hpp"
 
 #include <fmt/format.h>
 #include <mpi.h>
