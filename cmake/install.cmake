@@ -28,7 +28,7 @@ file(GLOB_RECURSE MESHTEST_PUBLIC_HEADERS CONFIGURE_DEPENDS
   RELATIVE ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/src/*.hpp ${PROJECT_SOURCE_DIR}/dist/*.hpp)
 if(NOT MESHTEST_CUDA_ENABLED)  # the GPU side's headers only with its libraries
-  list(FILTER MESHTEST_PUBLIC_HEADERS EXCLUDE REGEX "^(src|dist)/gpu/")
+  list(FILTER MESHTEST_PUBLIC_HEADERS EXCLUDE REGEX "^(src|dist|dist/testing)/gpu/")
 endif()
 foreach(header IN LISTS MESHTEST_PUBLIC_HEADERS)
   get_filename_component(header_dir ${header} DIRECTORY)
@@ -45,7 +45,7 @@ install(EXPORT meshtestTargets
 # targets file of its own that meshtestConfig.cmake includes only when the component is asked
 # for (after finding CUDAToolkit, and NCCL by the FindNCCL.cmake installed beside it).
 if(MESHTEST_CUDA_ENABLED)
-  install(TARGETS meshtest_gpu meshtest_dist_gpu
+  install(TARGETS meshtest_gpu meshtest_dist_gpu meshtest_gpu_gtest_main
     EXPORT meshtestGpuTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

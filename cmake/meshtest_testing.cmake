@@ -1,5 +1,5 @@
 # meshtest_add_mpi_test(<target> [NAME name] [NP n...] [SCALE] [SCALE_NP n...] [SCALE_ONLY]
-#                       [TIMEOUT s] [SCALE_TIMEOUT s] [ENV var=value...] [ARGS ...])
+#                       [GPU] [TIMEOUT s] [SCALE_TIMEOUT s] [ENV var=value...] [ARGS ...])
 # Registers an MPI GoogleTest binary in CTest once per rank count, as
 # <name>.np<N> (name defaults to the target), with labels "mpi" and "np<N>",
 # PROCESSORS N up to MESHTEST_TEST_PROCESSORS (see meshtest_test_processors), COST N (ctest
@@ -11,6 +11,13 @@
 # scale` runs only them, `-LE scale` leaves them out), time out after
 # SCALE_TIMEOUT (default: TIMEOUT), and none is registered when
 # MESHTEST_SCALE_TESTS is OFF. A count already in NP is not registered twice.
+# GPU: a test of GPU ranks (linked with meshtest::gpu_gtest_main): NP defaults to every count
+# from 1 to MESHTEST_GPU_TEST_RANKS, the label "gpu" is added, and the jobs hold the lock
+# meshtest_gpus (one at a time: each binds its ranks to GPUs 0..N-1).
+# A job whose tests all skipped (no GPU for some rank, fewer ranks than a test needs) ends with
+# the harness's line "[meshtest] every test of <name>.np<N> skipped: <why>" (the name from the
+# variable MESHTEST_CTEST_NAME, which the harness takes out of the environment, so that a child
+# job a test starts does not print it), which CTest reports as Skipped.
 # mpirun gets --oversubscribe (the rank count may exceed the cores) and is
 # allowed to run as root (CI containers).
 include_guard(GLOBAL)
@@ -22,6 +29,26 @@ set(MESHTEST_DEFAULT_NPS 1 2 3 4 8 CACHE STRING "Rank counts for MPI tests")
 set(MESHTEST_SCALE_NPS 6 12 16 CACHE STRING
     "Rank counts of the scale runs of MPI tests registered with SCALE (label scale)")
 option(MESHTEST_SCALE_TESTS "Register the scale runs (SCALE, SCALE_NP) of MPI tests" ON)
+# GPU tests run at every rank count up to the GPUs of the machine that configures (nvidia-smi),
+# and at least up to 4, so that a machine without GPUs registers (and skips) them too.
+if(NOT DEFINED CACHE{MESHTEST_GPU_TEST_RANKS})
+  set(meshtest_gpus 0)
+  find_program(MESHTEST_NVIDIA_SMI nvidia-smi)
+  mark_as_advanced(MESHTEST_NVIDIA_SMI)
+  if(MESHTEST_NVIDIA_SMI)
+    execute_process(COMMAND ${MESHTEST_NVIDIA_SMI} -L OUTPUT_VARIABLE meshtest_smi
+                    RESULT_VARIABLE meshtest_smi_rc ERROR_QUIET TIMEOUT 20)
+    if(meshtest_smi_rc EQUAL 0)
+      string(REGEX MATCHALL "GPU [0-9]+:" meshtest_smi_gpus "${meshtest_smi}")
+      list(LENGTH meshtest_smi_gpus meshtest_gpus)
+    endif()
+  endif()
+  if(meshtest_gpus LESS 4)
+    set(meshtest_gpus 4)
+  endif()
+  set(MESHTEST_GPU_TEST_RANKS ${meshtest_gpus} CACHE STRING
+      "GPU tests (meshtest_add_mpi_test GPU) run at np 1..this (default: the GPUs here, >= 4)")
+endif()
 
 # Environment of every MPI test run. Sanitizer builds suppress the MPI
 # runtime's own process-lifetime allocations (cmake/lsan.supp), not ours.
@@ -70,12 +97,16 @@ function(meshtest_test_processors out n)
 endfunction()
 
 function(meshtest_add_mpi_test target)
-  cmake_parse_arguments(ARG "SCALE;SCALE_ONLY" "TIMEOUT;SCALE_TIMEOUT;NAME" "NP;SCALE_NP;ARGS;ENV"
-                        ${ARGN})
+  cmake_parse_arguments(ARG "SCALE;SCALE_ONLY;GPU" "TIMEOUT;SCALE_TIMEOUT;NAME"
+                        "NP;SCALE_NP;ARGS;ENV" ${ARGN})
   if(NOT ARG_NAME)
     set(ARG_NAME ${target})
   endif()
-  if(NOT ARG_NP AND NOT ARG_SCALE_ONLY)
+  if(NOT ARG_NP AND ARG_GPU)
+    foreach(np RANGE 1 ${MESHTEST_GPU_TEST_RANKS})
+      list(APPEND ARG_NP ${np})
+    endforeach()
+  elseif(NOT ARG_NP AND NOT ARG_SCALE_ONLY)
     set(ARG_NP ${MESHTEST_DEFAULT_NPS})
   endif()
   if(NOT ARG_TIMEOUT)
@@ -103,6 +134,9 @@ function(meshtest_add_mpi_test target)
       set(labels "mpi;np${np}")
       set(timeout ${ARG_TIMEOUT})
     endif()
+    if(ARG_GPU)
+      list(APPEND labels gpu)
+    endif()
     add_test(NAME ${ARG_NAME}.np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
@@ -112,6 +146,10 @@ function(meshtest_add_mpi_test target)
       PROCESSORS ${processors}
       COST ${np}
       TIMEOUT ${timeout}
-      ENVIRONMENT "${MESHTEST_MPI_TEST_ENV};${ARG_ENV}")
+      SKIP_REGULAR_EXPRESSION "\\[meshtest\\] every test of ${ARG_NAME}.np${np} skipped"
+      ENVIRONMENT "${MESHTEST_MPI_TEST_ENV};MESHTEST_CTEST_NAME=${ARG_NAME}.np${np};${ARG_ENV}")
+    if(ARG_GPU)
+      set_tests_properties(${ARG_NAME}.np${np} PROPERTIES RESOURCE_LOCK meshtest_gpus)
+    endif()
   endforeach()
 endfunction()

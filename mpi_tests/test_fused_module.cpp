@@ -206,18 +206,9 @@ void write_module_report(testing::FusedMode mode) {
   }
 }
 
-class FusedModuleReport : public ::testing::Test {
- protected:
-  void TearDown() override { testing::test_body_done(); }
-};
+TEST(FusedModuleReport, WritesTheModuleReport) { write_module_report(testing::FusedMode::prefill); }
 
-TEST_F(FusedModuleReport, WritesTheModuleReport) {
-  write_module_report(testing::FusedMode::prefill);
-}
-
-TEST_F(FusedModuleReport, WritesTheDecodeReport) {
-  write_module_report(testing::FusedMode::decode);
-}
+TEST(FusedModuleReport, WritesTheDecodeReport) { write_module_report(testing::FusedMode::decode); }
 
 // ---- the comparison itself ------------------------------------------------------------------
 
@@ -246,12 +237,7 @@ bool names(const perf::CompareResult& r, const std::string& needle) {
                      [&](const std::string& p) { return p.find(needle) != std::string::npos; });
 }
 
-class FusedModuleCompare : public ::testing::Test {
- protected:
-  void TearDown() override { testing::test_body_done(); }
-};
-
-TEST_F(FusedModuleCompare, ChangedShapeFailsTheComparison) {
+TEST(FusedModuleCompare, ChangedShapeFailsTheComparison) {
   const MeshDevice mesh = default_mesh();
   const std::vector<perf::OpRecord> all = module_records(mesh);
   if (mesh.device_id() != 0) return;

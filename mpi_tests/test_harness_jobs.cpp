@@ -338,7 +338,8 @@ TEST_F(ChildJob, ARankThatLeavesIsNoDesyncForCollectivesWithoutIt) {
 TEST_F(ChildJob, SkipOnAllRanksIsOneSkip) {
   LAUNCHER_ONLY();
   const Job& j = run(true, 4, "Skip.AllRanks");
-  EXPECT_EQ(count(j.out(), "nothing to do here"), 1) << j.out();
+  // Once in the test's report, once in the job's last line ("every test skipped: ...").
+  EXPECT_EQ(count(j.out(), "nothing to do here"), 2) << j.out();
   HAS(j.out(), "[rank 0/4] ");
   HAS(j.out(), mark("skip_all") + ": Skipped");
   HAS(j.out(), "(skipped on ranks 0, 1, 2, 3)");
@@ -349,12 +350,40 @@ TEST_F(ChildJob, SkipOnOneRankSkipsTheTestEverywhere) {
   LAUNCHER_ONLY();
   const std::string xml = (test_support::run_temp_dir() / "skip.xml").string();
   const Job& j = run(true, 4, "Skip.OneRank", {}, {"--gtest_output=xml:" + xml});
-  EXPECT_EQ(count(j.out(), "rank 2 lacks a feature"), 1) << j.out();
+  EXPECT_EQ(count(j.out(), "rank 2 lacks a feature"), 2) << j.out();  // the test, the job
   HAS(j.out(), "[rank 2/4] ");
   HAS(j.out(), mark("skip_rank2") + ": Skipped");
   HAS(j.out(), "[  SKIPPED ] Skip.OneRank");
   HAS(read_file(xml), "skipped=\"1\"");
   fs::remove(xml);
+}
+
+TEST_F(ChildJob, AJobWhoseTestsAllSkipSaysSoForCTest) {
+  LAUNCHER_ONLY();
+  // Named as meshtest_add_mpi_test names it, for CTest's SKIP_REGULAR_EXPRESSION.
+  const Job& j = run(true, 3, "Skip.AllRanks:Skip.OneRank", {"MESHTEST_CTEST_NAME=case.np3"});
+  EXPECT_EQ(count(j.out(), "[meshtest] every test of case.np3 skipped: "), 1) << j.out();
+  HAS(j.out(), "skipped: nothing to do here");  // the first test's reason
+  // One test that passes: no such line (CTest reports the job as passed).
+  const Job& k = run(true, 3, "Skip.AllRanks:Pass.NoCollective");
+  EXPECT_EQ(count(k.out(), "every test skipped"), 0) << k.out();
+}
+
+TEST_F(ChildJob, AnUnpreparedRankSkipsEveryTestOnEveryRankBeforeItRuns) {
+  LAUNCHER_ONLY();
+  // Rank 2 is not prepared (as a rank without a GPU under meshtest::gpu_gtest_main): no test
+  // body runs anywhere (MeshTest.PassAllReduce's collective would need every rank), each test
+  // is skipped with rank 2's reason, and the job says that every test skipped.
+  const Job& j = run(true, 4, "MeshTest.Pass*:Pass.*:Fail.EarlyWhileOthersCompute",
+                     {"MESHTEST_CASE_UNPREPARED_RANK=2", "MESHTEST_CASE_COUNT_PREPARED=1"});
+  HAS(j.out(), "[  SKIPPED ] 4 tests");
+  HAS(j.out(), "[meshtest] every test skipped: rank 2 is not prepared");
+  EXPECT_EQ(count(j.out(), "rank 2 is not prepared"), 5) << j.out();  // 4 tests, 1 summary
+  EXPECT_EQ(count(j.out(), "[  FAILED  ]"), 0) << j.out();
+  EXPECT_EQ(count(j.out(), "[case] rank 0 prepares"), 1) << j.out();
+  // Listing the tests prepares nothing.
+  const Job& l = run(true, 2, "Pass.*", {"MESHTEST_CASE_COUNT_PREPARED=1"}, {"--gtest_list_tests"});
+  EXPECT_EQ(count(l.out(), "prepares"), 0) << l.out();
 }
 
 TEST_F(ChildJob, FailureWinsOverSkip) {

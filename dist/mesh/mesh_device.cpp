@@ -8,6 +8,12 @@
 
 namespace meshtest::dist {
 
+namespace {
+CommKeeper g_keeper = nullptr;
+}  // namespace
+
+void set_comm_keeper(CommKeeper keeper) noexcept { g_keeper = keeper; }
+
 MeshDevice::MeshDevice(std::vector<int> shape, MPI_Comm parent) {
   MESHTEST_DIST_CHECK(shape.size() == 1 || shape.size() == 2,
                       "MeshDevice: shape {} has {} dims; a mesh has 1 or 2", fmt::join(shape, "x"),
@@ -45,7 +51,12 @@ MeshDevice::~MeshDevice() { release(); }
 void MeshDevice::release() noexcept {
   if (!mpi_active()) return;
   for (MPI_Comm* c : {&all_, &axis_[0], &axis_[1]}) {
-    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    if (*c == MPI_COMM_NULL) continue;
+    if (g_keeper != nullptr) {
+      g_keeper(*c);
+    } else {
+      MPI_Comm_free(c);
+    }
     *c = MPI_COMM_NULL;
   }
 }

@@ -60,4 +60,13 @@ class MeshDevice {
   std::array<MPI_Comm, 2> axis_{MPI_COMM_NULL, MPI_COMM_NULL};
 };
 
+/// Where a MeshDevice's communicators go when it is destroyed: nullptr (the default) frees them
+/// at once; a keeper takes them instead and frees them later. The test harness sets one for
+/// the length of each test and frees what it kept after the test's verdict, when every rank has
+/// left the test body: freeing a communicator runs its paths' teardown (shared windows, NCCL
+/// communicators), which is collective and would block a rank whose test ended while others
+/// still wait in a collective it skipped. Main thread only.
+using CommKeeper = void (*)(MPI_Comm comm);
+void set_comm_keeper(CommKeeper keeper) noexcept;
+
 }  // namespace meshtest::dist

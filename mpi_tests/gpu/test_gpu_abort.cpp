@@ -12,26 +12,25 @@
 #include <thread>
 
 #include "dist/gpu/ccl/exchange.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "src/gpu/device_tensor.hpp"
 
 namespace meshtest::dist::gpu {
 namespace {
 
 using meshtest::gpu::DeviceTensor;
+using testing::error_message_of;
 using Clock = std::chrono::steady_clock;
-
-using GpuAbort = GpuRankTest;
 
 const MeshDevice& line() {
   static const MeshDevice mesh = MeshDevice::line();
   return mesh;
 }
 
-TEST_F(GpuAbort, HookReleasesARankWaitingForAPeerThatNeverComes) {
+TEST(GpuAbort, HookReleasesARankWaitingForAPeerThatNeverComes) {
+  MESHTEST_REQUIRE_GPU_RANKS(2);  // a rank waits for a peer
   MESHTEST_TIMEOUT(60);
   const MeshDevice& mesh = line();
-  ASSERT_GE(mesh.size(), 2) << "register this test at 2 ranks or more";
   NcclGroup& g = MeshNccl::of(mesh).group(kAllAxes);
   const int n = 1 << 20;
   DeviceTensor x(Shape{n}, DType::f32);
@@ -44,7 +43,7 @@ TEST_F(GpuAbort, HookReleasesARankWaitingForAPeerThatNeverComes) {
       abort_all_nccl("the test's watchdog", std::chrono::seconds(10));
     });
     const auto start = Clock::now();
-    const std::string err = error_of([&] {
+    const std::string err = error_message_of([&] {
       all_reduce(g, x.bytes(), x.bytes(), n, DType::f32, Reduce::sum);
       g.synchronize("the all_reduce device 0 skipped");
     });
@@ -64,22 +63,23 @@ TEST_F(GpuAbort, HookReleasesARankWaitingForAPeerThatNeverComes) {
   EXPECT_TRUE(nccl_abort_reason().has_value());
 }
 
-TEST_F(GpuAbort, AfterTheAbortEveryNcclUseThrows) {
+TEST(GpuAbort, AfterTheAbortEveryNcclUseThrows) {
+  MESHTEST_REQUIRE_GPU_RANKS(2);
   const std::string reason = nccl_abort_reason().value_or("");
   ASSERT_FALSE(reason.empty()) << "the test before this one aborts";
   NcclGroup& g = MeshNccl::of(line()).group(kAllAxes);
   DeviceTensor x(Shape{8}, DType::f32);
   const std::string queued =
-      error_of([&] { all_reduce(g, x.bytes(), x.bytes(), 8, DType::f32, Reduce::max); });
+      error_message_of([&] { all_reduce(g, x.bytes(), x.bytes(), 8, DType::f32, Reduce::max); });
   EXPECT_NE(
       queued.find("NCCL communicators aborted (" + reason + ") before reduce_scatter (exact)"),
       std::string::npos)
       << queued;
-  const std::string waited = error_of([&] { g.synchronize("a wait"); });
+  const std::string waited = error_message_of([&] { g.synchronize("a wait"); });
   EXPECT_NE(waited.find("aborted (" + reason + ")"), std::string::npos) << waited;
   // A new mesh cannot make communicators either; every device throws the same Error.
   const MeshDevice other = MeshDevice::line();
-  const std::string made = error_of([&] { MeshNccl::of(other); });
+  const std::string made = error_message_of([&] { MeshNccl::of(other); });
   EXPECT_NE(made.find("before ncclGetUniqueId"), std::string::npos) << made;
 }
 

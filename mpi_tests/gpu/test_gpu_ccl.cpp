@@ -21,7 +21,7 @@
 #include "dist/ccl/ccl.hpp"
 #include "dist/gpu/ccl/ccl.hpp"
 #include "dist/gpu/ccl/rank_gpu.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
 #include "mpi_tests/support/scoped_env.hpp"
@@ -36,12 +36,9 @@ using gpu::for_each_mesh_axis;
 using gpu::term;
 using test_support::ScopedEnv;
 
-class GpuCcl : public gpu::GpuRankTest {
+class GpuCcl : public ::testing::Test {
  protected:
-  void SetUp() override {
-    GpuRankTest::SetUp();
-    testing::set_test_timeout(std::chrono::seconds(300));
-  }
+  void SetUp() override { testing::set_test_timeout(std::chrono::seconds(300)); }
 
  private:
   // The tests choose the numerics themselves, whatever the job's environment says.

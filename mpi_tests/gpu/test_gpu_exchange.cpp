@@ -14,7 +14,7 @@
 
 #include "dist/ccl/ccl.hpp"
 #include "dist/gpu/ccl/exchange.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "src/gpu/device_tensor.hpp"
 
@@ -22,13 +22,11 @@ namespace meshtest::dist::gpu {
 namespace {
 
 using meshtest::gpu::DeviceTensor;
+using testing::error_message_of;
 
-class GpuExchange : public GpuRankTest {
+class GpuExchange : public ::testing::Test {
  protected:
-  void SetUp() override {
-    GpuRankTest::SetUp();
-    testing::set_test_timeout(std::chrono::seconds(240));
-  }
+  void SetUp() override { testing::set_test_timeout(std::chrono::seconds(240)); }
 };
 
 /// Calls f(mesh, axis, group) for every mesh shape of the world and every axis (kAllAxes, 0, 1).
@@ -99,7 +97,7 @@ TEST_F(GpuExchange, MeshGroupsFollowTheMeshAxes) {
       EXPECT_EQ(device, bound_gpu());
       EXPECT_EQ(&g, &nccl.group(axis)) << "split once per axis";
     }
-    EXPECT_NE(error_of([&] { nccl.group(2); }).find("mesh axis 2 out of range"), std::string::npos);
+    MESHTEST_EXPECT_ERROR(nccl.group(2), "mesh axis 2 out of range");
   }
 }
 
@@ -290,7 +288,7 @@ TEST_F(GpuExchange, BadInputIsAnErrorBeforeAnythingIsQueued) {
          [&] { all_reduce(g, nullptr, b, 4, DType::i32, Reduce::sum); }},
     };
     for (const auto& [needle, f] : cases) {
-      const std::string err = error_of(f);
+      const std::string err = error_message_of(f);
       EXPECT_NE(err.find(needle), std::string::npos)
           << "'" << needle << "' not in: '" << err << "'";
     }

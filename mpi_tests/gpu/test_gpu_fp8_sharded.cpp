@@ -21,7 +21,7 @@
 #include "dist/gpu/parallel/fp8_matmul_gpu_parallel.hpp"
 #include "dist/kernels/fp8_matmul_parallel.hpp"
 #include "dist/mesh/agree.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/fp8.hpp"
@@ -34,18 +34,15 @@
 namespace meshtest::dist {
 namespace {
 
-using gpu::error_of;
 using gpu::for_each_mesh_axis;
 using kernels::Config;
 using kernels::Inputs;
 using meshtest::gpu::GpuVersion;
+using testing::error_message_of;
 
-class GpuFp8Sharded : public gpu::GpuRankTest {
+class GpuFp8Sharded : public ::testing::Test {
  protected:
-  void SetUp() override {
-    GpuRankTest::SetUp();
-    testing::set_test_timeout(std::chrono::seconds(300));
-  }
+  void SetUp() override { testing::set_test_timeout(std::chrono::seconds(300)); }
 };
 
 const meshtest::gpu::GpuFamily& family() {
@@ -270,13 +267,13 @@ TEST_F(GpuFp8Sharded, BadInputIsOneErrorOnEveryDevice) {
   for (const Layout& layout : kLayouts) {
     SCOPED_TRACE(layout.name);
     // An axis a mesh does not have: MeshDevice's Error, on every device before anything runs.
-    EXPECT_EQ(error_of([&] { (void)layout.run(mesh, 2, v1, tiny); }),
+    EXPECT_EQ(error_message_of([&] { (void)layout.run(mesh, 2, v1, tiny); }),
               "mesh axis 2 out of range: a mesh has axes 0 and 1 (or kAllAxes = -1)");
     // gpu v3 takes blocks of 128 only: every device rejects its shard, the first is named.
     const Config first = (layout.sums_partials ? fp8_matmul_row_shard(tiny, p, 0)
                                                : fp8_matmul_column_shard(tiny, p, 0))
                              .config;
-    EXPECT_EQ(error_of([&] { (void)layout.run(mesh, kAllAxes, version("gpu v3"), tiny); }),
+    EXPECT_EQ(error_message_of([&] { (void)layout.run(mesh, kAllAxes, version("gpu v3"), tiny); }),
               fmt::format("device 0 of {} rejected its input: fp8_matmul_gpu_{}: gpu v3 cannot run "
                           "this device's shard of 'tiny' (m 16 n {} k {} block 16): block 16: "
                           "cuBLASLt's fp8 block scaling takes b = 128",
@@ -284,10 +281,8 @@ TEST_F(GpuFp8Sharded, BadInputIsOneErrorOnEveryDevice) {
                           first.k));
     Inputs three = tiny;
     three.tensors.pop_back();
-    EXPECT_NE(error_of([&] {
-                (void)layout.run(mesh, kAllAxes, v1, three);
-              }).find("fp8_matmul: 4 operands (xq, xs, wq, ws) expected, got 3"),
-              std::string::npos);
+    MESHTEST_EXPECT_ERROR(layout.run(mesh, kAllAxes, v1, three),
+                          "fp8_matmul: 4 operands (xq, xs, wq, ws) expected, got 3");
   }
   // A version that cannot run one device's shard only (fewer than 16 rows of w): every device
   // throws that device's Error, and none is left waiting in the all_gather.
@@ -309,7 +304,8 @@ TEST_F(GpuFp8Sharded, BadInputIsOneErrorOnEveryDevice) {
           i, p, n, n);
     }
   }
-  EXPECT_EQ(error_of([&] { (void)fp8_matmul_gpu_column_parallel(mesh, kAllAxes, picky, ragged); }),
+  EXPECT_EQ(error_message_of(
+                [&] { (void)fp8_matmul_gpu_column_parallel(mesh, kAllAxes, picky, ragged); }),
             want);
   // The axis still works after the refusals (gpu v2's columns are bit for bit the whole run's).
   const GpuVersion& v2 = version("gpu v2");

@@ -15,8 +15,8 @@
 #include "dist/gpu/parallel/tp_attention.hpp"
 #include "dist/gpu/parallel/tp_mlp.hpp"
 #include "dist/parallel/tp_shard.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "dist/testing/gpu_fused.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "src/core/random.hpp"
 #include "src/gpu/blas.hpp"
@@ -29,11 +29,9 @@
 namespace meshtest::dist {
 namespace {
 
-using gpu::error_of;
 using gpu::for_each_mesh_axis;
 using meshtest::gpu::Graph;
-
-class GpuGraph : public gpu::GpuRankTest {};
+using testing::error_message_of;
 
 constexpr std::int64_t kTokens = 11;
 
@@ -70,7 +68,7 @@ void expect_replays_equal_eager(const std::function<void(std::vector<DeviceTenso
   }
 }
 
-TEST_F(GpuGraph, TpMlpReplaysAreTheEagerCalls) {
+TEST(GpuGraph, TpMlpReplaysAreTheEagerCalls) {
   for_each_mesh_axis([](const MeshDevice& mesh, int axis) {
     const int p = mesh.axis_size(axis), i = mesh.axis_index(axis);
     const std::int64_t hidden = 24, units = 6 * p;
@@ -93,7 +91,7 @@ TEST_F(GpuGraph, TpMlpReplaysAreTheEagerCalls) {
   });
 }
 
-TEST_F(GpuGraph, AttentionProjectionsReplaysAreTheEagerCalls) {
+TEST(GpuGraph, AttentionProjectionsReplaysAreTheEagerCalls) {
   const GptOssConfig c = GptOssConfig::tiny_tp();
   for_each_mesh_axis([&](const MeshDevice& mesh, int axis) {
     const int p = mesh.axis_size(axis), i = mesh.axis_index(axis);
@@ -120,7 +118,7 @@ TEST_F(GpuGraph, AttentionProjectionsReplaysAreTheEagerCalls) {
   });
 }
 
-TEST_F(GpuGraph, CollectivesReplaysAreTheEagerCalls) {
+TEST(GpuGraph, CollectivesReplaysAreTheEagerCalls) {
   for_each_mesh_axis([](const MeshDevice& mesh, int axis) {
     const int p = mesh.axis_size(axis), me = mesh.device_id();
     const Shape s{2 * p + 1, 3 * p + 2};  // uneven over p > 1; dim 1 is packed on the GPU
@@ -145,7 +143,7 @@ TEST_F(GpuGraph, CollectivesReplaysAreTheEagerCalls) {
   });
 }
 
-TEST_F(GpuGraph, TheFusedOpKitsTraceModeReplaysTheGraph) {
+TEST(GpuGraph, TheFusedOpKitsTraceModeReplaysTheGraph) {
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const MeshDevice& mesh = gpu::mesh_of(1, n);
@@ -181,7 +179,7 @@ TEST_F(GpuGraph, TheFusedOpKitsTraceModeReplaysTheGraph) {
   }
 }
 
-TEST_F(GpuGraph, EachReplayIsOneOpTimedOnTheDevice) {
+TEST(GpuGraph, EachReplayIsOneOpTimedOnTheDevice) {
   const DType t = DType::f32;
   const DeviceTensor x = DeviceTensor::from_host(normal({kTokens, 8}, t, 40));
   const DeviceTensor wt = DeviceTensor::from_host(normal({4, 8}, t, 41));
@@ -207,24 +205,24 @@ TEST_F(GpuGraph, EachReplayIsOneOpTimedOnTheDevice) {
                                              "cuda_graph"}));
 }
 
-TEST_F(GpuGraph, MisuseIsAnError) {
+TEST(GpuGraph, MisuseIsAnError) {
   const DeviceTensor x = DeviceTensor::from_host(normal({3, 8}, DType::f32, 50));
   const DeviceTensor wt = DeviceTensor::from_host(normal({4, 8}, DType::f32, 51));
   meshtest::gpu::Blas blas;
   Graph g;
-  EXPECT_NE(error_of([&] { g.replay(); }).find("replay() before a capture"), std::string::npos);
+  MESHTEST_EXPECT_ERROR(g.replay(), "replay() before a capture");
   // A host copy inside the capture: an Error, and the graph and the thread recover.
-  const std::string host =
-      error_of([&] { g.capture([&] { (void)meshtest::gpu::linear(blas, x, wt).to_host(); }); });
+  const std::string host = error_message_of(
+      [&] { g.capture([&] { (void)meshtest::gpu::linear(blas, x, wt).to_host(); }); });
   EXPECT_NE(host.find("to_host inside a gpu::Graph capture"), std::string::npos) << host;
   EXPECT_FALSE(g.captured());
   EXPECT_EQ(meshtest::gpu::capturing_stream(), nullptr);
   Graph inner;
-  const std::string nested = error_of([&] { g.capture([&] { inner.capture([] {}); }); });
+  const std::string nested = error_message_of([&] { g.capture([&] { inner.capture([] {}); }); });
   EXPECT_NE(nested.find("capture inside another capture"), std::string::npos) << nested;
   DeviceTensor y;
   g.capture([&] { y = meshtest::gpu::linear(blas, x, wt); });
-  EXPECT_NE(error_of([&] { g.capture([] {}); }).find("already captured"), std::string::npos);
+  MESHTEST_EXPECT_ERROR(g.capture([] {}), "already captured");
   g.replay();
   g.synchronize();
   const DeviceTensor eager = meshtest::gpu::linear(blas, x, wt);

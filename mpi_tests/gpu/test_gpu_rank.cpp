@@ -13,7 +13,7 @@
 #include "dist/gpu/ccl/nccl_comm.hpp"
 #include "dist/gpu/ccl/rank_gpu.hpp"
 #include "dist/mesh/mesh_device.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
 #include "src/gpu/runtime.hpp"
 
@@ -21,6 +21,7 @@ namespace meshtest::dist::gpu {
 namespace {
 
 using ccl_test::bcast_string;
+using testing::error_message_of;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -101,7 +102,7 @@ TEST(GpuBinding, AMeshOverPartOfTheWorldAsksForBindingFirst) {
   MPI_Comm_split(MPI_COMM_WORLD, me % 2, me, &half);
   {
     const MeshDevice mesh = MeshDevice::line(half);
-    const std::string err = error_of([&] { MeshNccl::of(mesh); });
+    const std::string err = error_message_of([&] { MeshNccl::of(mesh); });
     EXPECT_TRUE(contains(err, "call dist::gpu::bind_rank_to_gpu() on every rank first")) << err;
     EXPECT_TRUE(contains(
         err, fmt::format("all {} ranks of MPI_COMM_WORLD while the mesh has {}", n, mesh.size())))
@@ -152,13 +153,13 @@ TEST(GpuBinding, EveryRankAgreesOnTheProblem) {
 
 TEST(GpuBinding, EachRankTakesItsGpuOrEveryRankThrows) {
   const std::string problem = gpu_binding_problem();
-  const std::string err = error_of([] { bind_rank_to_gpu(); });
+  const std::string err = error_message_of([] { bind_rank_to_gpu(); });
   if (!problem.empty()) {
     EXPECT_EQ(err, "cannot bind ranks to GPUs: " + problem);
     EXPECT_EQ(bound_gpu(), -1);
     // The mesh's communicators need the binding: the same Error again, before any NCCL call.
     const MeshDevice mesh = MeshDevice::line();
-    EXPECT_EQ(error_of([&] { MeshNccl::of(mesh); }), err);
+    EXPECT_EQ(error_message_of([&] { MeshNccl::of(mesh); }), err);
     return;
   }
   ASSERT_EQ(err, "");
@@ -166,6 +167,22 @@ TEST(GpuBinding, EachRankTakesItsGpuOrEveryRankThrows) {
   EXPECT_EQ(bound_gpu(), gpu);
   EXPECT_EQ(meshtest::gpu::current_device(), gpu);
   EXPECT_EQ(bind_rank_to_gpu(), gpu) << "a second call returns the same GPU";
+}
+
+TEST(GpuPeerAccess, AgreedOnEveryRankAfterTheBindingsProblem) {
+  // MESHTEST_REQUIRE_PEER_ACCESS's question: the same answer on every rank; the binding's
+  // problem where there is one; else none, or the first pair of a node's GPUs that cannot reach
+  // each other; none on one rank (no peer to reach).
+  const std::string problem = gpu_peer_access_problem();
+  EXPECT_EQ(problem, bcast_string(problem, MPI_COMM_WORLD)) << "ranks disagree";
+  const std::string binding = gpu_binding_problem();
+  if (!binding.empty()) {
+    EXPECT_EQ(problem, binding);
+  } else if (testing::world_size() == 1) {
+    EXPECT_EQ(problem, "");
+  } else if (!problem.empty()) {
+    EXPECT_TRUE(contains(problem, "cannot access GPU")) << problem;
+  }
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "dist/testing/gpu_checks.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
 #include "src/core/random.hpp"
 #include "src/gpu/reduce.hpp"
 #include "src/gpu/runtime.hpp"
@@ -20,8 +20,6 @@
 
 namespace meshtest::dist::testing {
 namespace {
-
-using gpu::GpuRankTest;
 
 /// x + x on x's GPU, by the exact reduction kernel.
 DeviceTensor twice(const DeviceTensor& x) {
@@ -45,9 +43,7 @@ const MeshDevice& line() {
 
 Placements rows_on_axis_1() { return {Replicate{}, Shard{0}}; }
 
-class GpuSingleDevice : public GpuRankTest {};
-
-TEST_F(GpuSingleDevice, ShardedGpuOpMatchesTheCpuReference) {
+TEST(GpuSingleDevice, ShardedGpuOpMatchesTheCpuReference) {
   const int p = line().size();
   for (DType t : {DType::f32, DType::bf16, DType::f64}) {
     const Tensor x = random_normal({2 * p + 3, 5}, t, {.seed = 29});
@@ -59,7 +55,7 @@ TEST_F(GpuSingleDevice, ShardedGpuOpMatchesTheCpuReference) {
   }
 }
 
-TEST_F(GpuSingleDevice, ReferenceOnOneGpuAndAGatheredOutput) {
+TEST(GpuSingleDevice, ReferenceOnOneGpuAndAGatheredOutput) {
   const Tensor x = random_normal({3 * line().size() + 1, 4}, DType::f32, {.seed = 30});
   const Comparison c = expect_gpu_matches_single_device(
       line(), {{.full = x, .placements = rows_on_axis_1()}},
@@ -71,7 +67,7 @@ TEST_F(GpuSingleDevice, ReferenceOnOneGpuAndAGatheredOutput) {
   EXPECT_TRUE(c.passed);
 }
 
-TEST_F(GpuSingleDevice, AWrongGpuOpFailsOnceOnDeviceZeroNamingTheOwner) {
+TEST(GpuSingleDevice, AWrongGpuOpFailsOnceOnDeviceZeroNamingTheOwner) {
   const int p = line().size(), last = p - 1;
   const Tensor x = random_normal({2 * p, 3}, DType::f32, {.seed = 31});
   ::testing::TestPartResultArray failures;
@@ -96,7 +92,7 @@ TEST_F(GpuSingleDevice, AWrongGpuOpFailsOnceOnDeviceZeroNamingTheOwner) {
   }
 }
 
-TEST_F(GpuSingleDevice, ChunkedRunOfATwoByFourMeshOnOneGpu) {
+TEST(GpuSingleDevice, ChunkedRunOfATwoByFourMeshOnOneGpu) {
   // Rank 0 alone runs device 0's chunk of a 2x4 configuration on its GPU; the others idle.
   if (line().device_id() != 0) return;
   const Placements p{Shard{0}, Shard{1}};

@@ -16,7 +16,7 @@
 #include "dist/gpu/parallel/tp_linear.hpp"
 #include "dist/gpu/parallel/tp_mlp.hpp"
 #include "dist/parallel/tp_shard.hpp"
-#include "mpi_tests/gpu/gpu_rank_test.hpp"
+#include "dist/testing/gpu/gpu_test.hpp"
 #include "mpi_tests/gpu/gpu_terms.hpp"
 #include "src/check/gpt_oss_chains.hpp"
 #include "src/check/tolerance.hpp"
@@ -34,15 +34,12 @@
 namespace meshtest::dist {
 namespace {
 
-using gpu::error_of;
 using gpu::for_each_mesh_axis;
+using testing::error_message_of;
 
-class GpuTp : public gpu::GpuRankTest {
+class GpuTp : public ::testing::Test {
  protected:
-  void SetUp() override {
-    GpuRankTest::SetUp();
-    testing::set_test_timeout(std::chrono::seconds(300));
-  }
+  void SetUp() override { testing::set_test_timeout(std::chrono::seconds(300)); }
 };
 
 constexpr DType kDTypes[] = {DType::f32, DType::bf16};
@@ -215,43 +212,33 @@ TEST_F(GpuTp, BadInputIsAnErrorNamingIt) {
   const DeviceTensor w = on_gpu(normal({6, 8}, DType::f32, 22));
   const DeviceTensor w_bad = on_gpu(normal({6, 9}, DType::f32, 23));
   const DeviceTensor b16 = on_gpu(normal({6}, DType::bf16, 24));
-  EXPECT_NE(error_of([&] {
-              meshtest::gpu::linear(blas, x, w_bad);
-            }).find("gpu linear: weight is f32[6, 9] on cuda:"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] {
-              meshtest::gpu::linear(blas, x, w, b16);
-            }).find("gpu linear: bias is bf16[6] on cuda:"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] {
-              meshtest::gpu::swiglu(w_bad, blas.stream());
-            }).find("gpu swiglu: x is f32[6, 9] on cuda:"),
-            std::string::npos);
+  MESHTEST_EXPECT_ERROR(meshtest::gpu::linear(blas, x, w_bad),
+                        "gpu linear: weight is f32[6, 9] on cuda:");
+  MESHTEST_EXPECT_ERROR(meshtest::gpu::linear(blas, x, w, b16),
+                        "gpu linear: bias is bf16[6] on cuda:");
+  MESHTEST_EXPECT_ERROR(meshtest::gpu::swiglu(w_bad, blas.stream()),
+                        "gpu swiglu: x is f32[6, 9] on cuda:");
   // Host memory where device memory is needed.
   std::vector<float> host(64);
-  EXPECT_NE(error_of([&] {
-              blas.gemm(DType::f32, 4, 6, 8, host.data(), w.bytes(), nullptr, host.data());
-            }).find("is host memory, not memory of cuda:"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] {
-              blas.gemm_unchecked(DType::f64, 4, 6, 8, x.bytes(), w.bytes(), nullptr, nullptr);
-            }).find("dtype f64 is not supported"),
-            std::string::npos);
+  MESHTEST_EXPECT_ERROR(
+      blas.gemm(DType::f32, 4, 6, 8, host.data(), w.bytes(), nullptr, host.data()),
+      "is host memory, not memory of cuda:");
+  MESHTEST_EXPECT_ERROR(
+      blas.gemm_unchecked(DType::f64, 4, 6, 8, x.bytes(), w.bytes(), nullptr, nullptr),
+      "dtype f64 is not supported");
   // A tensor on another GPU than the Blas's (where this rank sees two).
   if (meshtest::gpu::device_count() >= 2) {
     const int other = (blas.device() + 1) % meshtest::gpu::device_count();
     const meshtest::gpu::DeviceGuard guard(other);
     const DeviceTensor w_other = on_gpu(normal({6, 8}, DType::f32, 22));
-    EXPECT_NE(error_of([&] { meshtest::gpu::linear(blas, x, w_other); })
-                  .find(fmt::format("weight is f32[6, 8] on cuda:{}, but the op runs on cuda:{}",
-                                    other, blas.device())),
-              std::string::npos);
+    MESHTEST_EXPECT_ERROR(meshtest::gpu::linear(blas, x, w_other),
+                          fmt::format("weight is f32[6, 8] on cuda:{}, but the op runs on cuda:{}",
+                                      other, blas.device()));
   }
-  EXPECT_NE(error_of([&] {
-              shard_mlp(Tensor(Shape{6, 8}, DType::f32), Tensor(Shape{6}, DType::f32),
-                        Tensor(Shape{8, 3}, DType::f32), Tensor(Shape{8}, DType::f32), 2, 0);
-            }).find("intermediate_size = 3 does not split over 2 devices"),
-            std::string::npos);
+  MESHTEST_EXPECT_ERROR(
+      shard_mlp(Tensor(Shape{6, 8}, DType::f32), Tensor(Shape{6}, DType::f32),
+                Tensor(Shape{8, 3}, DType::f32), Tensor(Shape{8}, DType::f32), 2, 0),
+      "intermediate_size = 3 does not split over 2 devices");
 }
 
 TEST_F(GpuTp, ARowParallelShapeErrorOnOneDeviceIsTheSameErrorOnAll) {
@@ -263,7 +250,7 @@ TEST_F(GpuTp, ARowParallelShapeErrorOnOneDeviceIsTheSameErrorOnAll) {
     const std::int64_t in = mesh.axis_index(axis) == p - 1 ? 9 : 8;
     const DeviceTensor w = on_gpu(normal({6, in}, DType::f32, 26));
     const std::string msg =
-        error_of([&] { row_parallel_linear(mesh, blas, x, w, nullptr, {.axis = axis}); });
+        error_message_of([&] { row_parallel_linear(mesh, blas, x, w, nullptr, {.axis = axis}); });
     EXPECT_NE(
         msg.find(fmt::format("device {} of {} rejected its input: row_parallel_linear", p - 1, p)),
         std::string::npos)

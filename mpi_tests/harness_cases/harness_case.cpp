@@ -1,6 +1,7 @@
-// Failure-path programs of the MPI test harness, run by mpi_tests/test_harness.cpp as child
+// Failure-path programs of the MPI test harness, run by mpi_tests/test_harness_jobs.cpp as child
 // jobs (mpirun -np K harness_case --gtest_filter=...). Each test misbehaves on purpose; the
-// MARK: comments let test_harness find their lines.
+// MARK: comments let test_harness_jobs find their lines. Its main is the harness's with a
+// preparation step that the environment can make fail on one rank (at the end).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <mpi.h>
@@ -229,3 +231,21 @@ TEST(Skip, OneRankSkipsAnotherFails) {
 
 }  // namespace
 }  // namespace meshtest::dist::testing
+
+// The harness's main with a preparation step, as meshtest::gpu_gtest_main has one: with
+// MESHTEST_CASE_UNPREPARED_RANK=<r>, rank r answers that it is not prepared (and every test skips
+// on every rank); MESHTEST_CASE_COUNT_PREPARED=1 prints each rank's call (prepare runs once per
+// rank, collectively).
+int main(int argc, char** argv) {
+  return meshtest::dist::testing::run_all_tests(argc, argv, [] {
+    const int rank = meshtest::dist::testing::world_rank();
+    if (std::getenv("MESHTEST_CASE_COUNT_PREPARED") != nullptr) {
+      std::fprintf(stderr, "[case] rank %d prepares\n", rank);
+    }
+    const char* unprepared = std::getenv("MESHTEST_CASE_UNPREPARED_RANK");
+    if (unprepared != nullptr && std::atoi(unprepared) == rank) {
+      return std::string("rank ") + unprepared + " is not prepared";
+    }
+    return std::string();
+  });
+}

@@ -73,6 +73,14 @@ int current_device() {
   return d;
 }
 
+bool can_access_peer(int from, int to) {
+  const int n = device_count();
+  if (from == to || from < 0 || to < 0 || from >= n || to >= n) return false;
+  int can = 0;
+  MESHTEST_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+  return can != 0;
+}
+
 DeviceGuard::DeviceGuard(int ordinal) : previous_(current_device()) {
   if (ordinal != previous_) {
     set_device(ordinal);

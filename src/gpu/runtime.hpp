@@ -31,6 +31,10 @@ void set_device(int ordinal);
 /// The calling thread's current device.
 int current_device();
 
+/// Whether device `from` can read and write device `to`'s memory directly
+/// (cudaDeviceCanAccessPeer); false for an ordinal out of range or from == to.
+bool can_access_peer(int from, int to);
+
 /// Queues on `stream` the device-to-device copy of `rows` rows of `width` bytes from src (rows
 /// `spitch` bytes apart) to dst (rows `dpitch` apart), on the current device: one
 /// cudaMemcpyAsync when the rows are contiguous on both sides, else cudaMemcpy2DAsync (a copy

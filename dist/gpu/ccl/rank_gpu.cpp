@@ -79,6 +79,19 @@ std::string gpu_binding_problem() {
   return lowest_rank_message(placement_problem(node_placement()));
 }
 
+std::string gpu_peer_access_problem() {
+  if (std::string problem = gpu_binding_problem(); !problem.empty()) return problem;
+  const NodePlacement p = node_placement();
+  std::string mine;
+  for (int peer = 0; peer < p.local_ranks && mine.empty(); ++peer) {
+    if (peer != p.local_index && !meshtest::gpu::can_access_peer(p.local_index, peer)) {
+      mine = fmt::format("GPU {} (rank {} on node {}) cannot access GPU {}'s memory peer to peer",
+                         p.local_index, p.rank, p.node, peer);
+    }
+  }
+  return lowest_rank_message(mine);
+}
+
 int bind_rank_to_gpu() {
   if (g_bound >= 0) return g_bound;
   const NodePlacement p = node_placement();

@@ -40,4 +40,9 @@ int bind_rank_to_gpu();
 /// The ordinal bind_rank_to_gpu chose, or -1 before it succeeded.
 int bound_gpu();
 
+/// Collective over MPI_COMM_WORLD: "" when the GPU of every rank (its placement's) can access
+/// the GPU of every other rank of its node directly (peer to peer); else, on every rank, the
+/// same message naming the lowest rank's first pair that cannot, or the binding's problem.
+std::string gpu_peer_access_problem();
+
 }  // namespace meshtest::dist::gpu

@@ -122,10 +122,7 @@ class FixedMeshTest : public ::testing::Test {
   virtual MeshShape mesh_shape() const = 0;
   virtual FixedMeshOptions mesh_options() const { return {}; }
   void SetUp() override { run_.emplace(mesh_shape(), mesh_options()); }
-  void TearDown() override {
-    test_body_done();  // before freeing the mesh's communicators (see test_body_done)
-    run_.reset();
-  }
+  void TearDown() override { run_.reset(); }
   const MeshRun& run() const { return *run_; }
 
  private:

@@ -378,10 +378,7 @@ void FusedOpTest::SetUp() {
                FixedMeshOptions{.chunk_fallback = case_.chunk_fallback});
 }
 
-void FusedOpTest::TearDown() {
-  test_body_done();  // before freeing the mesh's communicators (see test_body_done)
-  run_.reset();
-}
+void FusedOpTest::TearDown() { run_.reset(); }
 
 FusedSetup FusedOpTest::setup() const {
   return {.params = GetParam(),

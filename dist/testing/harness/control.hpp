@@ -19,8 +19,6 @@ void stop_control_thread();
 
 /// Main thread: sends this rank's arrival to the coordinator and waits for the verdict.
 Verdict exchange(const Arrival& arrival);
-/// Tells the coordinator that this rank's test body ended without failure (kBodyDone).
-void send_body_done();
 
 /// Runs rank 0's coordinator loop until the final verdict is sent (coordinator.cpp).
 void run_coordinator();

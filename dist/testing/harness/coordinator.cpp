@@ -79,11 +79,6 @@ class Coordinator {
       }
     } else if (m.tag == kArrive) {
       on_arrival(m.source, decode_arrival(m.bytes));
-    } else if (m.tag == kBodyDone) {
-      bodies_[r] = decode_arrival(m.bytes);
-      if (!passed_at_) {
-        passed_at_ = Clock::now();
-      }
     }
   }
 
@@ -130,7 +125,6 @@ class Coordinator {
     }
     arrivals_.assign(static_cast<std::size_t>(c_.size), std::nullopt);
     latest_ = previous_ = arrivals_snapshot_none();
-    bodies_.assign(static_cast<std::size_t>(c_.size), std::nullopt);
     failed_at_.reset();
     passed_at_.reset();
     done_ = finish;
@@ -212,9 +206,8 @@ class Coordinator {
         if (m < 0 || m >= c_.size) {
           continue;
         }
-        // Its arrival, or (while its fixture tears down) the end of its test body.
         const auto i = static_cast<std::size_t>(m);
-        const Arrival* a = arrivals_[i] ? &*arrivals_[i] : bodies_[i] ? &*bodies_[i] : nullptr;
+        const Arrival* a = arrivals_[i] ? &*arrivals_[i] : nullptr;
         if (a != nullptr && !a->finish && never_called(*a, l->last)) {
           end_job(skipped_message(m, *a, l->last), 1);
         }
@@ -347,9 +340,6 @@ class Coordinator {
 
   const Config& c_ = config();
   std::vector<std::optional<Arrival>> arrivals_ =
-      std::vector<std::optional<Arrival>>(static_cast<std::size_t>(c_.size));
-  /// Ranks whose test body ended (kBodyDone) and that have not arrived yet.
-  std::vector<std::optional<Arrival>> bodies_ =
       std::vector<std::optional<Arrival>>(static_cast<std::size_t>(c_.size));
   std::vector<std::optional<Snapshot>> latest_ = arrivals_snapshot_none();
   std::vector<std::optional<Snapshot>> previous_ = arrivals_snapshot_none();

@@ -33,10 +33,7 @@ std::string mesh_shape_name(const ::testing::TestParamInfo<MeshShape>& info);
 class MeshTest : public ::testing::Test {
  protected:
   void SetUp() override { mesh_.emplace(MeshDevice::line()); }
-  void TearDown() override {
-    test_body_done();  // before freeing the mesh's communicators (see test_body_done)
-    mesh_.reset();
-  }
+  void TearDown() override { mesh_.reset(); }
   const MeshDevice& mesh() const { return *mesh_; }
 
  private:
@@ -48,10 +45,7 @@ class MeshTest : public ::testing::Test {
 class MeshShapeTest : public ::testing::TestWithParam<MeshShape> {
  protected:
   void SetUp() override { mesh_.emplace(std::vector<int>{GetParam()[0], GetParam()[1]}); }
-  void TearDown() override {
-    test_body_done();  // before freeing the mesh's communicators (see test_body_done)
-    mesh_.reset();
-  }
+  void TearDown() override { mesh_.reset(); }
   const MeshDevice& mesh() const { return *mesh_; }
 
  private:

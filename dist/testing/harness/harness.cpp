@@ -44,7 +44,49 @@ void configure() {
   }
 }
 
-int run(int& argc, char** argv) {
+/// prepare() on every rank; the lowest rank's reason when any rank has one, else "".
+std::string agree_on_preparation(const PrepareRanks& prepare) {
+  const std::string mine = prepare ? prepare() : std::string();
+  const int rank = config().rank;
+  int first = 0;
+  const int candidate = mine.empty() ? config().size : rank;
+  MESHTEST_MPI(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == config().size) return {};
+  std::string reason = rank == first ? mine : std::string();
+  int length = static_cast<int>(reason.size());
+  MESHTEST_MPI(MPI_Bcast(&length, 1, MPI_INT, first, MPI_COMM_WORLD));
+  reason.resize(static_cast<std::size_t>(length));
+  MESHTEST_MPI(MPI_Bcast(reason.data(), length, MPI_CHAR, first, MPI_COMM_WORLD));
+  return reason;
+}
+
+/// Rank 0's last line when every test that ran skipped (its result holds the agreed verdicts),
+/// naming the CTest test (`ctest_name`, "" outside CTest).
+void print_when_every_test_skipped(const std::string& ctest_name) {
+  const std::string what = ctest_name.empty() ? "every test" : "every test of " + ctest_name;
+  const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
+  if (u.test_to_run_count() == 0 || u.skipped_test_count() != u.test_to_run_count()) return;
+  for (int i = 0; i < u.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& suite = *u.GetTestSuite(i);
+    for (int j = 0; j < suite.total_test_count(); ++j) {
+      const ::testing::TestResult& result = *suite.GetTestInfo(j)->result();
+      for (int k = 0; k < result.total_part_count(); ++k) {
+        if (result.GetTestPartResult(k).skipped()) {
+          std::printf("[meshtest] %s skipped: %s\n", what.c_str(),
+                      result.GetTestPartResult(k).message());
+          return;
+        }
+      }
+    }
+  }
+  std::printf("[meshtest] %s skipped\n", what.c_str());
+}
+
+int run(int& argc, char** argv, const PrepareRanks& prepare) {
+  // The CTest test this job is (meshtest_add_mpi_test), not inherited by jobs it starts.
+  std::string ctest_name;
+  if (const char* name = std::getenv("MESHTEST_CTEST_NAME")) ctest_name = name;
+  ::unsetenv("MESHTEST_CTEST_NAME");
   // Another processor's GEMM blocking; a malformed value throws on every rank alike.
   const std::optional<CacheSizes> cache = apply_eigen_cache_env();
   configure();
@@ -60,6 +102,9 @@ int run(int& argc, char** argv) {
   } else {
     detail::take_harness_flags(argc, argv);  // a malformed one throws on every rank alike
   }
+  if (!detail::asks_for_help(argc, argv) && !GTEST_FLAG_GET(list_tests)) {
+    config().skip_every_test = agree_on_preparation(prepare);
+  }
   detail::install_listeners();
   detail::agree_on_random_seed();
   detail::install_crash_handlers(c.rank, c.size, detail::original_stderr_fd(), redirected);
@@ -74,6 +119,7 @@ int run(int& argc, char** argv) {
   const detail::Verdict final = detail::exchange(done);
   detail::stop_control_thread();
   detail::disarm_exit_hook();
+  if (c.rank == 0 && final.exit_code == 0) print_when_every_test_skipped(ctest_name);
   if (c.rank == 0 && final.exit_code != 0 && local == 0) {
     std::printf("[meshtest] %s (see %s/logs/rank<r>.log)\n", final.summary.c_str(),
                 detail::reports_dir().c_str());
@@ -110,7 +156,7 @@ void open_arena_from_environment() {
 
 }  // namespace
 
-int run_all_tests(int& argc, char** argv) {
+int run_all_tests(int& argc, char** argv, const PrepareRanks& prepare) {
   std::optional<Environment> env;
   try {
     env.emplace(argc, argv, MPI_THREAD_MULTIPLE);
@@ -120,7 +166,7 @@ int run_all_tests(int& argc, char** argv) {
   }
   try {
     open_arena_from_environment();
-    return run(argc, argv);
+    return run(argc, argv, prepare);
   } catch (const std::exception& e) {
     detail::disarm_exit_hook();
     const std::string message = fmt::format("[rank {}/{}] meshtest harness error: {}", world_rank(),
@@ -135,8 +181,6 @@ int run_all_tests(int& argc, char** argv) {
 void set_test_timeout(std::chrono::milliseconds timeout) { detail::set_timeout(timeout); }
 
 std::chrono::milliseconds default_test_timeout() { return config().default_timeout; }
-
-void test_body_done() { detail::send_body_done(); }
 
 int world_rank() {
   int r = 0;

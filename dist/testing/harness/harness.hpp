@@ -34,15 +34,35 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <string>
 
 namespace meshtest::dist::testing {
 
+/// What a main prepares on every rank before the first test (collectively: every rank calls
+/// it): "" to run the tests, or why none can run here. meshtest::gpu_gtest_main's binds each
+/// rank to a GPU of its own, or answers "GPU ranks unavailable: <why>".
+using PrepareRanks = std::function<std::string()>;
+
 /// The harness's main: MPI_Init_thread (MPI_THREAD_MULTIPLE), GoogleTest, the
 /// --meshtest_<name>=<value> flags (taken out of argv for harness_flag, flags.hpp; --help lists
-/// them after GoogleTest's help), every test with agreed verdicts, MPI_Finalize. Returns the
-/// exit code (0 only if every test passed or skipped on every rank). meshtest::gtest_main's
-/// main() is just this call.
-int run_all_tests(int& argc, char** argv);
+/// them after GoogleTest's help), `prepare` (not for --help or --gtest_list_tests), every test
+/// with agreed verdicts, MPI_Finalize. Returns the exit code (0 only if every test passed or
+/// skipped on every rank). meshtest::gtest_main's main() is just this call.
+///
+/// Where `prepare` answers a reason on some rank, the lowest such rank's reason is agreed and
+/// every test skips on every rank with it, before its fixture is set up. A run whose tests all
+/// skipped (for that or their own reasons) ends with rank 0's line "[meshtest] every test of
+/// <name> skipped: <first reason>", <name> from env MESHTEST_CTEST_NAME (which the harness
+/// unsets, so that the jobs a test starts do not inherit it; without it: "every test
+/// skipped: ..."); meshtest_add_mpi_test sets it and makes CTest report the line as Skipped.
+///
+/// Between a test's start and its verdict the harness keeps the communicators of the meshes
+/// the test destroys (set_comm_keeper, dist/mesh/mesh_device.hpp) and frees them after the
+/// verdict, when no rank is left inside the test: a rank whose fixture tears its mesh down
+/// while others still wait in a collective it skipped never blocks in that teardown, and the
+/// coordinator sees the desync at once (docs/reliability.md).
+int run_all_tests(int& argc, char** argv, const PrepareRanks& prepare = {});
 
 /// Sets the running test's deadline to `timeout` after its start (overriding the default of
 /// 60 s or MESHTEST_TEST_TIMEOUT). Call it at the start of the test body on every rank; rank
@@ -51,13 +71,6 @@ void set_test_timeout(std::chrono::milliseconds timeout);
 
 /// The deadline of a test that does not set its own: MESHTEST_TEST_TIMEOUT seconds, or 60 s.
 std::chrono::milliseconds default_test_timeout();
-
-/// Tells the harness that this rank's test body ended without failure, with the count of
-/// collectives it made on each communicator. A fixture calls it first thing in TearDown,
-/// before it frees communicators (MeshTest and MeshShapeTest do): freeing one can block while
-/// other ranks wait in a collective this rank skipped, and with this notice rank 0 reports
-/// that desync at once instead of at the deadline. Does nothing outside the harness.
-void test_body_done();
 
 /// This rank and the number of ranks in MPI_COMM_WORLD.
 int world_rank();

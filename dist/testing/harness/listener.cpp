@@ -8,8 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "dist/ccl/ccl_log.hpp"
+#include "dist/mesh/mesh_device.hpp"
 #include "dist/mesh/mpi_check.hpp"
 #include "dist/testing/harness/control.hpp"
 #include "dist/testing/harness/verdict.hpp"
@@ -80,6 +83,22 @@ void inject(TestPartResult::Type type, const char* file, int line, const std::st
   GTEST_FLAG_SET(break_on_failure, break_on_failure);
 }
 
+/// The communicators of the meshes destroyed during the running test, in the order their
+/// meshes handed them over (the same on every rank that ran the same test code).
+std::vector<MPI_Comm>& kept_comms() {
+  static std::vector<MPI_Comm> kept;
+  return kept;
+}
+
+void keep_comm(MPI_Comm comm) { kept_comms().push_back(comm); }
+
+/// Frees the running test's kept communicators, in order (every rank has left the test body).
+void free_kept_comms() {
+  set_comm_keeper(nullptr);
+  for (MPI_Comm& comm : kept_comms()) MPI_Comm_free(&comm);
+  kept_comms().clear();
+}
+
 class VerdictListener : public ::testing::EmptyTestEventListener {
  public:
   void OnTestStart(const TestInfo& t) override {
@@ -90,6 +109,12 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
     name_ = full_name(t);
     if (c_.rank != 0) {
       std::printf("[meshtest] RUN %s\n", full_name(t).c_str());
+    }
+    set_comm_keeper(keep_comm);
+    if (!c_.skip_every_test.empty()) {  // gtest runs no part of a test skipped here
+      injecting_ = true;
+      inject(TestPartResult::kSkip, t.file(), t.line(), c_.skip_every_test);
+      injecting_ = false;
     }
   }
 
@@ -134,6 +159,7 @@ class VerdictListener : public ::testing::EmptyTestEventListener {
       std::printf("[meshtest] verdict %s: %s\n", full_name(t).c_str(), v.summary.c_str());
     }
     injecting_ = false;
+    free_kept_comms();
     end_test(full_name(t));
   }
 

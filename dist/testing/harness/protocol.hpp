@@ -17,20 +17,9 @@ namespace meshtest::dist::testing::detail {
 /// Message tags. On Config::to_root: kArrive, kExited, kSnapshot (received by rank 0's
 /// coordinator thread only). On Config::from_root: kVerdict (received by main threads) and
 /// kQuery (received by the watchdog threads of ranks 1..N-1).
-/// kFailed (to_root, the test's name): the first failure of a rank in a test, sent at once,
-/// before the rank's fixture tears down (a teardown that frees communicators can block while
-/// the other ranks wait in a collective, and then the rank never arrives).
-/// kBodyDone (to_root, an Arrival without parts): a rank's test body ended without failure,
-/// sent before its fixture tears down (test_body_done), with its collective counts.
-enum Tag : int {
-  kArrive = 1,
-  kExited = 2,
-  kSnapshot = 3,
-  kQuery = 4,
-  kVerdict = 5,
-  kFailed = 6,
-  kBodyDone = 7
-};
+/// kFailed (to_root, the test's name): the first failure of a rank in a test, sent at once
+/// (the rank may be slow to arrive: its fixture's teardown may wait, e.g. on its GPU).
+enum Tag : int { kArrive = 1, kExited = 2, kSnapshot = 3, kQuery = 4, kVerdict = 5, kFailed = 6 };
 
 /// A rank's main thread reached the end of a test (or of RUN_ALL_TESTS, `finish`).
 struct Arrival {

@@ -47,6 +47,7 @@ struct Config {
   MPI_Comm from_root = MPI_COMM_NULL;  ///< dup of MPI_COMM_WORLD: coordinator -> every rank
   Millis default_timeout{60'000};      ///< per-test deadline unless a test sets its own
   Millis failure_grace{2'000};         ///< how long ranks may lag behind a failed rank
+  std::string skip_every_test;         ///< agreed by every rank: why every test skips ("" runs)
 };
 
 /// The process's harness configuration.

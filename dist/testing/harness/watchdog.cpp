@@ -64,17 +64,6 @@ void stop_control_thread() {
   }
 }
 
-void send_body_done() {
-  if (g_thread == nullptr) return;  // no harness (e.g. a fixture in a plain gtest main)
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  if (t == nullptr || ::testing::Test::HasFailure()) return;  // a failure has kFailed
-  Arrival a;
-  a.name = fmt::format("{}.{}", t->test_suite_name(), t->name());
-  a.status = ::testing::Test::IsSkipped() ? Status::skipped : Status::passed;
-  a.groups = ccl_group_counts();
-  send(config().to_root, 0, kBodyDone, encode(a));
-}
-
 Verdict exchange(const Arrival& arrival) {
   const Config& c = config();
   send(c.to_root, 0, kArrive, encode(arrival));
