@@ -1,6 +1,8 @@
 // elementwise_kernel: gpt-oss SwiGLU and the row broadcast of a bias, f32 and bf16 (as bits).
 #include "src/gpu/elementwise_kernel.hpp"
 
+#include "src/gpu/bf16_device.cuh"
+
 #include <cstdint>
 
 namespace meshtest::gpu::detail {
@@ -8,16 +10,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 65535;
-
-// bf16 bits <-> f32: exact widening; rounding to nearest even, NaN kept quiet with its sign.
-__device__ __forceinline__ float widen(std::uint16_t b) {
-  return __uint_as_float(static_cast<unsigned>(b) << 16);
-}
-__device__ __forceinline__ std::uint16_t narrow(float x) {
-  const unsigned u = __float_as_uint(x);
-  if (isnan(x)) return static_cast<std::uint16_t>((u & 0x80000000u) != 0 ? 0xffc0u : 0x7fc0u);
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 template <class S>
 __device__ __forceinline__ float load(const S* p, std::int64_t i) {

@@ -1,0 +1,19 @@
+// bf16 bits on the device: exact widening to f32 and rounding to nearest even (NaN kept quiet,
+// with its sign), as the host's conversion (src/core/dtype.hpp). For the .cu files of src/gpu.
+#pragma once
+
+#include <cstdint>
+
+namespace meshtest::gpu::detail {
+
+__device__ __forceinline__ float widen(std::uint16_t b) {
+  return __uint_as_float(static_cast<unsigned>(b) << 16);
+}
+
+__device__ __forceinline__ std::uint16_t narrow(float x) {
+  const unsigned u = __float_as_uint(x);
+  if (isnan(x)) return static_cast<std::uint16_t>((u & 0x80000000u) != 0 ? 0xffc0u : 0x7fc0u);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+}  // namespace meshtest::gpu::detail

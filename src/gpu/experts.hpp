@@ -1,0 +1,51 @@
+// experts (GPU): the grouped GEMM of the MoE experts and the gpt-oss experts op (router, top-k,
+// the routed experts, the weighted combine) on DeviceTensors, with the CPU ops' contracts
+// (src/ops/moe/grouped_gemm.hpp, experts.hpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "src/gpu/blas.hpp"
+#include "src/gpu/device_tensor.hpp"
+#include "src/gpu/moe.hpp"
+#include "src/ops/moe/types.hpp"
+
+namespace meshtest::gpu {
+
+/// grouped_gemm on the GPU, queued on blas.stream(): out[offsets[e] : offsets[e+1]] =
+/// x[offsets[e] : offsets[e+1]] · w[e]ᵀ (+ bias[e]), one cuBLASLt GEMM per non-empty segment on
+/// views of x and out (an empty segment queues nothing).
+///   x: [rows, in], offsets: [G + 1] (host) from 0 to rows, non-decreasing, w: [G, out, in],
+///   bias: [G, out] or null  ->  [rows, out], x's dtype
+/// f32 or bf16, products accumulated in f32 with the bias joining the sum before the one
+/// rounding (the CPU op rounds bf16's product and bias sum apart: within the error model).
+/// Throws Error for offsets that do not fit rows and G, shapes, dtypes or devices that disagree.
+DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std::int64_t> offsets,
+                          const DeviceTensor& w, const DeviceTensor* bias = nullptr);
+
+/// The experts op (src/ops/moe/experts.hpp) on the GPU, queued on blas.stream(): the router
+/// (linear, then gate: top-k then softmax), make_permutation, permute, grouped GEMM over mlp1,
+/// swiglu, grouped GEMM over mlp2 (with its bias), unpermute.
+///   t: [T, hidden], gate_weight: [E, hidden], gate_bias: [E], mlp1_weight: [E, 2I, hidden],
+///   mlp1_bias: [E, 2I], mlp2_weight: [E, hidden, I], mlp2_bias: [E, hidden]  ->  [T, hidden]
+/// f32 or bf16. The router's GEMM sums in cuBLASLt's order, not the CPU's: where two experts'
+/// logits lie within that error of each other the choice may differ from the CPU's; the tests'
+/// rule compares routes only where the top-k margin exceeds the logits' bound, and the experts
+/// from a given routing (experts_routed) everywhere. Synchronizes blas's stream once (the
+/// segment sizes come back to the host). Errors as the CPU op's (shapes, dtypes, k, a NaN
+/// logit) and for tensors on another device than blas's.
+DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate_weight,
+                     const DeviceTensor& gate_bias, const DeviceTensor& mlp1_weight,
+                     const DeviceTensor& mlp1_bias, const DeviceTensor& mlp2_weight,
+                     const DeviceTensor& mlp2_bias, const MoeParams& p = {});
+
+/// The experts of `routing` (r.k = p.experts_per_token is not required: the routing's k is
+/// used) without the router: permute, the two grouped GEMMs and swiglu, unpermute with the
+/// routing's weights. Same shapes and errors as experts.
+DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouting& routing,
+                            const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
+                            const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
+                            const MoeParams& p = {});
+
+}  // namespace meshtest::gpu

@@ -1,0 +1,366 @@
+// moe_kernel: the MoE router, expert counts, permutation and its inverse on the GPU, f32, f64
+// and bf16 (as bits); every sum in a fixed order with explicitly rounded steps (no FMA), so that
+// the selection, the permutation and the unpermuted sums are the CPU ops' bits.
+#include "src/gpu/moe_kernel.hpp"
+
+#include <cstdint>
+
+#include "src/gpu/bf16_device.cuh"
+
+namespace meshtest::gpu::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 65535;
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b < kMaxBlocks ? b : kMaxBlocks));
+}
+
+// A stored type S with its compute type C and the loads, stores and rounded steps of C.
+template <class S>
+struct Arith {
+  using C = S;
+  static __device__ __forceinline__ C load(const S* p, std::int64_t i) { return p[i]; }
+  static __device__ __forceinline__ void store(S* p, std::int64_t i, C v) { p[i] = v; }
+};
+template <>
+struct Arith<std::uint16_t> {  // bf16 in f32
+  using C = float;
+  static __device__ __forceinline__ C load(const std::uint16_t* p, std::int64_t i) {
+    return widen(p[i]);
+  }
+  static __device__ __forceinline__ void store(std::uint16_t* p, std::int64_t i, C v) {
+    p[i] = narrow(v);
+  }
+};
+
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ float exp_of(float a) { return expf(a); }
+__device__ __forceinline__ double exp_of(double a) { return exp(a); }
+
+// Whether row t of a [tokens, experts] tensor holds a NaN; its first one's flat index is lowered
+// into *nan_at.
+template <class S>
+__device__ bool row_has_nan(const S* row, std::int64_t t, std::int64_t experts,
+                            unsigned long long* nan_at) {
+  for (std::int64_t e = 0; e < experts; ++e) {
+    if (isnan(Arith<S>::load(row, e))) {
+      atomicMin(nan_at, static_cast<unsigned long long>(t * experts + e));
+      return true;
+    }
+  }
+  return false;
+}
+
+// Σ_e exp(row[e] - max) over e ascending, each step rounded in the compute type.
+template <class S>
+__device__ typename Arith<S>::C exp_sum(const S* row, std::int64_t experts,
+                                        typename Arith<S>::C max) {
+  typename Arith<S>::C sum = 0;
+  for (std::int64_t e = 0; e < experts; ++e) {
+    sum = add(sum, exp_of(sub(Arith<S>::load(row, e), max)));
+  }
+  return sum;
+}
+
+template <class S>
+__global__ void gate_kernel(const S* logits, std::int64_t tokens, std::int64_t experts,
+                            std::int64_t k, bool softmax_first, bool renormalize,
+                            std::int64_t* chosen, S* weights, unsigned long long* nan_at) {
+  using A = Arith<S>;
+  using C = typename A::C;
+  for (std::int64_t t = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       t < tokens; t += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const S* row = logits + t * experts;
+    if (row_has_nan(row, t, experts, nan_at)) continue;
+    // The j-th pick is the largest logit after pick j - 1 in the order (value descending,
+    // expert ascending), so no flags are kept.
+    std::int64_t* mine = chosen + t * k;
+    C prev_v = 0;
+    std::int64_t prev_e = -1;
+    for (std::int64_t j = 0; j < k; ++j) {
+      C best_v = 0;
+      std::int64_t best_e = -1;
+      for (std::int64_t e = 0; e < experts; ++e) {
+        const C v = A::load(row, e);
+        const bool after = prev_e < 0 || v < prev_v || (v == prev_v && e > prev_e);
+        if (after && (best_e < 0 || v > best_v)) {
+          best_v = v;
+          best_e = e;
+        }
+      }
+      mine[j] = best_e;
+      prev_v = best_v;
+      prev_e = best_e;
+    }
+    const C max = A::load(row, mine[0]);
+    S* w = weights + t * k;
+    if (!softmax_first) {  // softmax over the k chosen logits
+      C sum = 0;
+      for (std::int64_t j = 0; j < k; ++j) sum = add(sum, exp_of(sub(A::load(row, mine[j]), max)));
+      for (std::int64_t j = 0; j < k; ++j) {
+        A::store(w, j, div(exp_of(sub(A::load(row, mine[j]), max)), sum));
+      }
+      continue;
+    }
+    const C sum = exp_sum(row, experts, max);  // the full row's softmax at the chosen experts
+    C picked = 0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      picked = add(picked, div(exp_of(sub(A::load(row, mine[j]), max)), sum));
+    }
+    for (std::int64_t j = 0; j < k; ++j) {
+      const C p = div(exp_of(sub(A::load(row, mine[j]), max)), sum);
+      A::store(w, j, renormalize ? div(p, picked) : p);
+    }
+  }
+}
+
+template <class S>
+__global__ void router_probabilities_kernel(const S* logits, std::int64_t tokens,
+                                            std::int64_t experts, typename Arith<S>::C* probs,
+                                            unsigned long long* nan_at) {
+  using A = Arith<S>;
+  using C = typename A::C;
+  for (std::int64_t t = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       t < tokens; t += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const S* row = logits + t * experts;
+    if (row_has_nan(row, t, experts, nan_at)) continue;
+    C max = A::load(row, 0);
+    for (std::int64_t e = 1; e < experts; ++e) max = fmax(max, A::load(row, e));
+    const C sum = exp_sum(row, experts, max);
+    for (std::int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] = div(exp_of(sub(A::load(row, e), max)), sum);
+    }
+  }
+}
+
+template <class P>
+__global__ void column_means_kernel(const P* probs, std::int64_t tokens, std::int64_t experts,
+                                    double* means) {
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       e < experts; e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    double sum = 0;
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      sum = __dadd_rn(sum, static_cast<double>(probs[t * experts + e]));
+    }
+    means[e] = __ddiv_rn(sum, static_cast<double>(tokens));
+  }
+}
+
+__global__ void expert_counts_kernel(const std::int64_t* chosen, std::int64_t slots_n,
+                                     std::int64_t experts, unsigned long long* counts,
+                                     unsigned long long* bad_at) {
+  for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       s < slots_n; s += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = chosen[s];
+    if (e < 0 || e >= experts) {
+      atomicMin(bad_at, static_cast<unsigned long long>(s));
+    } else {
+      atomicAdd(counts + e, 1ULL);
+    }
+  }
+}
+
+__global__ void offsets_kernel(const unsigned long long* counts, std::int64_t experts,
+                               std::int64_t* offsets) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  offsets[0] = 0;
+  for (std::int64_t e = 0; e < experts; ++e) {
+    offsets[e + 1] = offsets[e] + static_cast<std::int64_t>(counts[e]);
+  }
+}
+
+// One block per expert (grid-stride over experts) walks the slots in chunks of kThreads: each
+// routed slot's row is the expert's offset, the slots before this chunk and the ones before it
+// in the chunk (a ballot per warp, a prefix over the warps).
+__global__ void scatter_kernel(const std::int64_t* chosen, std::int64_t slots_n,
+                               std::int64_t experts, const std::int64_t* offsets,
+                               std::int64_t* slots, std::int64_t* row_of_slot) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ int warp_base[kWarps + 1];
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  for (std::int64_t e = blockIdx.x; e < experts; e += gridDim.x) {
+    std::int64_t placed = 0;
+    for (std::int64_t base = 0; base < slots_n; base += kThreads) {
+      const std::int64_t s = base + threadIdx.x;
+      const bool mine = s < slots_n && chosen[s] == e;
+      const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+      if (lane == 0) warp_base[warp + 1] = __popc(ballot);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        warp_base[0] = 0;
+        for (int w = 0; w < kWarps; ++w) warp_base[w + 1] += warp_base[w];
+      }
+      __syncthreads();
+      if (mine) {
+        const std::int64_t row =
+            offsets[e] + placed + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
+        slots[row] = s;
+        row_of_slot[s] = row;
+      }
+      placed += warp_base[kWarps];
+      __syncthreads();
+    }
+  }
+}
+
+template <class E>
+__global__ void gather_rows_kernel(const E* x, const std::int64_t* slots, std::int64_t rows,
+                                   std::int64_t k, std::int64_t cols, E* out) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / cols;
+    out[i] = x[(slots[r] / k) * cols + i % cols];
+  }
+}
+
+template <class S>
+__global__ void unpermute_kernel(const S* y, const std::int64_t* row_of_slot, const S* weights,
+                                 std::int64_t tokens, std::int64_t k, std::int64_t cols, S* out) {
+  using A = Arith<S>;
+  using C = typename A::C;
+  const std::int64_t n = tokens * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t t = i / cols;
+    const std::int64_t c = i % cols;
+    C acc = 0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::int64_t row = row_of_slot[t * k + j];
+      if (row >= 0) acc = add(acc, mul(A::load(weights, t * k + j), A::load(y, row * cols + c)));
+    }
+    A::store(out, i, acc);
+  }
+}
+
+template <class F>
+cudaError_t by_type(RouterFloat t, F&& f) {
+  switch (t) {
+    case RouterFloat::f32:
+      return f(float{});
+    case RouterFloat::f64:
+      return f(double{});
+    case RouterFloat::bf16:
+      return f(std::uint16_t{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launch_gate(RouterFloat t, const void* logits, std::int64_t tokens,
+                        std::int64_t experts, std::int64_t k, bool softmax_first, bool renormalize,
+                        std::int64_t* chosen, void* weights, unsigned long long* nan_at,
+                        cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using S = decltype(tag);
+    gate_kernel<S><<<blocks_for(tokens), kThreads, 0, stream>>>(
+        static_cast<const S*>(logits), tokens, experts, k, softmax_first, renormalize, chosen,
+        static_cast<S*>(weights), nan_at);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_router_probabilities(RouterFloat t, const void* logits, std::int64_t tokens,
+                                        std::int64_t experts, void* probs,
+                                        unsigned long long* nan_at, cudaStream_t stream) {
+  if (tokens == 0 || experts == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using S = decltype(tag);
+    router_probabilities_kernel<S><<<blocks_for(tokens), kThreads, 0, stream>>>(
+        static_cast<const S*>(logits), tokens, experts, static_cast<typename Arith<S>::C*>(probs),
+        nan_at);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_column_means(bool f64, const void* probs, std::int64_t tokens,
+                                std::int64_t experts, double* means, cudaStream_t stream) {
+  if (tokens == 0 || experts == 0) return cudaSuccess;
+  if (f64) {
+    column_means_kernel<<<blocks_for(experts), kThreads, 0, stream>>>(
+        static_cast<const double*>(probs), tokens, experts, means);
+  } else {
+    column_means_kernel<<<blocks_for(experts), kThreads, 0, stream>>>(
+        static_cast<const float*>(probs), tokens, experts, means);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_expert_counts(const std::int64_t* chosen, std::int64_t slots_n,
+                                 std::int64_t experts, unsigned long long* counts,
+                                 unsigned long long* bad_at, cudaStream_t stream) {
+  if (slots_n == 0) return cudaSuccess;
+  expert_counts_kernel<<<blocks_for(slots_n), kThreads, 0, stream>>>(chosen, slots_n, experts,
+                                                                     counts, bad_at);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_permutation(const std::int64_t* chosen, std::int64_t slots_n,
+                               std::int64_t experts, const unsigned long long* counts,
+                               std::int64_t* offsets, std::int64_t* slots,
+                               std::int64_t* row_of_slot, cudaStream_t stream) {
+  offsets_kernel<<<1, 1, 0, stream>>>(counts, experts, offsets);
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess || slots_n == 0) return err;
+  const unsigned grid = static_cast<unsigned>(experts < kMaxBlocks ? experts : kMaxBlocks);
+  scatter_kernel<<<grid, kThreads, 0, stream>>>(chosen, slots_n, experts, offsets, slots,
+                                                row_of_slot);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gather_rows(const void* x, const std::int64_t* slots, std::int64_t rows,
+                               std::int64_t k, std::int64_t row_bytes, int element_bytes, void* out,
+                               cudaStream_t stream) {
+  if (rows == 0 || row_bytes == 0) return cudaSuccess;
+  const std::int64_t cols = row_bytes / element_bytes;
+  const unsigned grid = blocks_for(rows * cols);
+  const auto gather = [&](auto tag) {
+    using E = decltype(tag);
+    gather_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const E*>(x), slots, rows, k,
+                                                      cols, static_cast<E*>(out));
+  };
+  switch (element_bytes) {
+    case 1:
+      gather(std::uint8_t{});
+      break;
+    case 2:
+      gather(std::uint16_t{});
+      break;
+    case 4:
+      gather(std::uint32_t{});
+      break;
+    case 8:
+      gather(std::uint64_t{});
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_unpermute(RouterFloat t, const void* y, const std::int64_t* row_of_slot,
+                             const void* weights, std::int64_t tokens, std::int64_t k,
+                             std::int64_t cols, void* out, cudaStream_t stream) {
+  if (tokens == 0 || cols == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using S = decltype(tag);
+    unpermute_kernel<S><<<blocks_for(tokens * cols), kThreads, 0, stream>>>(
+        static_cast<const S*>(y), row_of_slot, static_cast<const S*>(weights), tokens, k, cols,
+        static_cast<S*>(out));
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace meshtest::gpu::detail

@@ -1,0 +1,70 @@
+// moe_kernel: what moe.cpp hands to the kernels of moe_kernel.cu (the router, the expert counts,
+// the permutation and its inverse). Plain types only, so that nvcc compiles no Eigen or fmt.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace meshtest::gpu::detail {
+
+/// The stored type of the router's tensors; bf16 computes in f32, f64 in f64.
+enum class RouterFloat : std::uint8_t { f32, f64, bf16 };
+
+/// Sentinel of the "first bad index" flags below: no bad index found.
+inline constexpr unsigned long long kNoIndex = ~0ULL;
+
+/// Queues the router on `stream`, one thread per token t < tokens of logits [tokens, experts]:
+/// experts[t, j] (i64) = the j-th largest logit's expert (equal logits: lower expert first) for
+/// j < k; weights[t, j] (the logits' type) = softmax over the k chosen logits (`softmax_first`
+/// false), or the full row's softmax at the chosen experts, divided by their sum when
+/// `renormalize` (`softmax_first` true); sums run in the compute type, j and expert ascending.
+/// A row holding a NaN is skipped and the smallest flat index of a NaN lowered into *nan_at
+/// (set to kNoIndex before). Returns the launch's error.
+cudaError_t launch_gate(RouterFloat t, const void* logits, std::int64_t tokens,
+                        std::int64_t experts, std::int64_t k, bool softmax_first, bool renormalize,
+                        std::int64_t* chosen, void* weights, unsigned long long* nan_at,
+                        cudaStream_t stream);
+
+/// Queues probs[t, e] = softmax of logits row t at e, in the compute type (f32 for f32 and
+/// bf16, f64 for f64: probs holds that type), the sum over e ascending; NaNs as launch_gate.
+/// Returns the launch's error.
+cudaError_t launch_router_probabilities(RouterFloat t, const void* logits, std::int64_t tokens,
+                                        std::int64_t experts, void* probs,
+                                        unsigned long long* nan_at, cudaStream_t stream);
+
+/// Queues the column means of probs [tokens, experts] (f32 or f64, `f64`), each summed in f64
+/// over t ascending and divided by tokens, into means [experts] (f64). Returns the launch's error.
+cudaError_t launch_column_means(bool f64, const void* probs, std::int64_t tokens,
+                                std::int64_t experts, double* means, cudaStream_t stream);
+
+/// Queues counts[e] (u64, zeroed before) = slots s < slots_n with chosen[s] == e, and the
+/// smallest slot whose expert is outside [0, experts) lowered into *bad_at. Returns the launch's
+/// error.
+cudaError_t launch_expert_counts(const std::int64_t* chosen, std::int64_t slots_n,
+                                 std::int64_t experts, unsigned long long* counts,
+                                 unsigned long long* bad_at, cudaStream_t stream);
+
+/// Queues the permutation of a routing whose experts were counted: offsets[0] = 0, offsets[e+1]
+/// = offsets[e] + counts[e]; slots[offsets[e] + i] = the i-th slot (ascending) routed to e, and
+/// row_of_slot[s] = the row holding slot s. Returns the launch's error.
+cudaError_t launch_permutation(const std::int64_t* chosen, std::int64_t slots_n,
+                               std::int64_t experts, const unsigned long long* counts,
+                               std::int64_t* offsets, std::int64_t* slots,
+                               std::int64_t* row_of_slot, cudaStream_t stream);
+
+/// Queues out[i, :] = x[slots[i] / k, :] for i < rows, rows of `row_bytes` bytes (a multiple of
+/// `element_bytes`: 1, 2, 4 or 8). Returns the launch's error.
+cudaError_t launch_gather_rows(const void* x, const std::int64_t* slots, std::int64_t rows,
+                               std::int64_t k, std::int64_t row_bytes, int element_bytes, void* out,
+                               cudaStream_t stream);
+
+/// Queues out[t, c] = sum over j < k ascending of weights[t, j] * y[row_of_slot[t k + j], c]
+/// (slots with row -1 add nothing), from 0, each product and sum rounded in the compute type
+/// (no fused multiply-add) and the result rounded once to the stored type, for t < tokens,
+/// c < cols. Returns the launch's error.
+cudaError_t launch_unpermute(RouterFloat t, const void* y, const std::int64_t* row_of_slot,
+                             const void* weights, std::int64_t tokens, std::int64_t k,
+                             std::int64_t cols, void* out, cudaStream_t stream);
+
+}  // namespace meshtest::gpu::detail
