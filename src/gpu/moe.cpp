@@ -1,6 +1,7 @@
 // moe (GPU): checks, outputs and perf scopes around the kernels of moe_kernel.cu.
 #include "src/gpu/moe.hpp"
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -216,6 +217,59 @@ DevicePermutation make_permutation(const DeviceRouting& r, std::int64_t num_expe
       reinterpret_cast<std::int64_t*>(p.slots.bytes()),
       reinterpret_cast<std::int64_t*>(p.row_of_slot.bytes()), stream));
   return p;
+}
+
+std::int64_t apply_capacity(DevicePermutation& p, std::int64_t capacity, cudaStream_t stream,
+                            DropPolicy policy, const DeviceTensor* weights) {
+  constexpr std::string_view op = "gpu apply_capacity";
+  MESHTEST_CHECK(capacity >= 0, "{}: capacity is {}, expected >= 0", op, capacity);
+  const bool lowest = policy == DropPolicy::LowestWeight;
+  RouterFloat t = RouterFloat::f32;
+  const DeviceGuard guard(p.slots.empty() ? current_device() : p.slots.device());
+  if (lowest) {
+    MESHTEST_CHECK(weights != nullptr && weights->shape() == (Shape{p.num_tokens, p.k}),
+                   "{}: DropPolicy::LowestWeight needs the routing weights [{}, {}]{}", op,
+                   p.num_tokens, p.k,
+                   weights != nullptr ? fmt::format(", not {}", describe(*weights)) : "");
+    t = router_float(op, "the weights are", *weights);
+    IndexFlag nan_at(stream);
+    MESHTEST_CUDA_CHECK(
+        detail::launch_find_nan(t, weights->bytes(), weights->numel(), nan_at.get(), stream));
+    if (const unsigned long long i = nan_at.read(); i != kNoIndex) {
+      const auto s = static_cast<std::int64_t>(i);
+      throw Error(fmt::format("{}: weight of token {}, slot {} is NaN", op, s / p.k, s % p.k));
+    }
+  }
+  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // p's offsets, for the new ones
+  const std::vector<std::int64_t> old_offsets = host_i64(p.offsets);
+  std::vector<std::int64_t> offsets{0};
+  for (std::int64_t e = 0; e < p.num_experts; ++e) {
+    offsets.push_back(offsets.back() + std::min(old_offsets[e + 1] - old_offsets[e], capacity));
+  }
+  const std::int64_t rows = p.rows(), kept = offsets.back();
+  perf::OpScope scope("apply_capacity");
+  scope.attr("capacity", capacity).attr("rows", rows);
+  DeviceTensor keep(Shape{rows}, DType::u8, Tensor::Uninitialized{});
+  Tensor offsets_host(Shape{p.num_experts + 1}, DType::i64);
+  std::copy(offsets.begin(), offsets.end(), offsets_host.data<std::int64_t>());
+  DeviceTensor new_offsets = DeviceTensor::from_host(offsets_host);
+  DeviceTensor new_slots(Shape{kept}, DType::i64, Tensor::Uninitialized{});
+  const auto* slots = reinterpret_cast<const std::int64_t*>(p.slots.bytes());
+  const auto* old = reinterpret_cast<const std::int64_t*>(p.offsets.bytes());
+  auto* keep_flags = reinterpret_cast<std::uint8_t*>(keep.bytes());
+  time_on_stream(scope, stream);
+  MESHTEST_CUDA_CHECK(detail::launch_capacity_keep(slots, old, p.num_experts, rows, capacity,
+                                                   lowest, t, lowest ? weights->bytes() : nullptr,
+                                                   keep_flags, stream));
+  MESHTEST_CUDA_CHECK(detail::launch_capacity_compact(
+      slots, old, p.num_experts, rows, keep_flags,
+      reinterpret_cast<const std::int64_t*>(new_offsets.bytes()),
+      reinterpret_cast<std::int64_t*>(new_slots.bytes()),
+      reinterpret_cast<std::int64_t*>(p.row_of_slot.bytes()), stream));
+  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the old slots are freed
+  p.slots = std::move(new_slots);
+  p.offsets = std::move(new_offsets);
+  return rows - kept;
 }
 
 DeviceTensor permute(const DeviceTensor& x, const DevicePermutation& p, cudaStream_t stream) {

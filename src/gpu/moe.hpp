@@ -8,7 +8,7 @@
 //     docs/tolerances.md.
 // Every op is queued on `stream` (of the inputs' device); the ones that must see their result to
 // raise an Error (a NaN logit, an expert id out of range) synchronize it. The grouped GEMM and the
-// experts op: experts.hpp. Capacity and the drop policies are not on the GPU yet (docs/moe.md).
+// experts op: experts.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,7 +53,8 @@ DeviceTensor expert_load(const DeviceRouting& r, std::int64_t num_experts, cudaS
 double load_balancing_loss(const DeviceTensor& probs, const DeviceRouting& r, cudaStream_t stream);
 
 /// The routed slots grouped by expert on the GPU (Permutation's layout: slot s = t k + j; expert
-/// e's rows are [offsets[e], offsets[e + 1]), its slots ascending), no slot dropped.
+/// e's rows are [offsets[e], offsets[e + 1]), its slots ascending); the slots apply_capacity
+/// dropped have no row.
 struct DevicePermutation {
   std::int64_t num_tokens = 0;
   std::int64_t k = 0;
@@ -69,6 +70,17 @@ struct DevicePermutation {
 /// make_permutation (v2, top-k) on the GPU. Throws Error as expert_load does.
 DevicePermutation make_permutation(const DeviceRouting& r, std::int64_t num_experts,
                                    cudaStream_t stream);
+
+/// apply_capacity (src/ops/moe/permute.hpp) on the GPU: drops from every expert of p the slots
+/// over `capacity` by `policy` (LowestWeight reads weights [T, k], f32, f64 or bf16: the
+/// `capacity` slots of largest weight stay, equal weights by lower slot); the kept slots stay in
+/// slot order, and p's slots, offsets and row_of_slot are replaced (a dropped slot's row is -1).
+/// Returns the number dropped by this call. The result is the CPU op's, slot for slot.
+/// Synchronizes the stream. Throws Error for a negative capacity, LowestWeight without weights
+/// of shape [T, k], or a NaN weight (named by token and slot).
+std::int64_t apply_capacity(DevicePermutation& p, std::int64_t capacity, cudaStream_t stream,
+                            DropPolicy policy = DropPolicy::TokenOrder,
+                            const DeviceTensor* weights = nullptr);
 
 /// permute: out[i] = x[slots[i] / k].   x: [T, h] (any dtype) -> [rows, h], a copy.
 /// Throws Error when x is not [T, h] for the permutation's T.

@@ -244,6 +244,74 @@ __global__ void unpermute_kernel(const S* y, const std::int64_t* row_of_slot, co
   }
 }
 
+// The segment (expert) of row i: the last e with offsets[e] <= i (binary search).
+__device__ std::int64_t segment_of(const std::int64_t* offsets, std::int64_t experts,
+                                   std::int64_t i) {
+  std::int64_t lo = 0, hi = experts - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= i) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+template <class S>
+__global__ void capacity_keep_kernel(const std::int64_t* slots, const std::int64_t* offsets,
+                                     std::int64_t experts, std::int64_t rows, std::int64_t capacity,
+                                     bool lowest_weight, const S* weights, std::uint8_t* keep) {
+  using A = Arith<S>;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = segment_of(offsets, experts, i);
+    const std::int64_t first = offsets[e], last = offsets[e + 1];
+    if (last - first <= capacity) {
+      keep[i] = 1;
+    } else if (!lowest_weight) {
+      keep[i] = i - first < capacity ? 1 : 0;
+    } else {  // its rank among the segment's rows by (weight descending, slot ascending)
+      const std::int64_t s = slots[i];
+      const double w = static_cast<double>(A::load(weights, s));
+      std::int64_t rank = 0;
+      for (std::int64_t j = first; j < last; ++j) {
+        const double v = static_cast<double>(A::load(weights, slots[j]));
+        if (v > w || (v == w && slots[j] < s)) ++rank;
+      }
+      keep[i] = rank < capacity ? 1 : 0;
+    }
+  }
+}
+
+__global__ void capacity_compact_kernel(const std::int64_t* slots, const std::int64_t* offsets,
+                                        std::int64_t experts, std::int64_t rows,
+                                        const std::uint8_t* keep, const std::int64_t* new_offsets,
+                                        std::int64_t* new_slots, std::int64_t* row_of_slot) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if (keep[i] == 0) {
+      row_of_slot[slots[i]] = -1;
+      continue;
+    }
+    const std::int64_t e = segment_of(offsets, experts, i);
+    std::int64_t before = 0;
+    for (std::int64_t j = offsets[e]; j < i; ++j) before += keep[j];
+    const std::int64_t row = new_offsets[e] + before;
+    new_slots[row] = slots[i];
+    row_of_slot[slots[i]] = row;
+  }
+}
+
+template <class S>
+__global__ void find_nan_kernel(const S* values, std::int64_t n, unsigned long long* nan_at) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if (isnan(Arith<S>::load(values, i))) atomicMin(nan_at, static_cast<unsigned long long>(i));
+  }
+}
+
 template <class F>
 cudaError_t by_type(RouterFloat t, F&& f) {
   switch (t) {
@@ -359,6 +427,42 @@ cudaError_t launch_unpermute(RouterFloat t, const void* y, const std::int64_t* r
     unpermute_kernel<S><<<blocks_for(tokens * cols), kThreads, 0, stream>>>(
         static_cast<const S*>(y), row_of_slot, static_cast<const S*>(weights), tokens, k, cols,
         static_cast<S*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_capacity_keep(const std::int64_t* slots, const std::int64_t* offsets,
+                                 std::int64_t experts, std::int64_t rows, std::int64_t capacity,
+                                 bool lowest_weight, RouterFloat t, const void* weights,
+                                 std::uint8_t* keep, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using S = decltype(tag);
+    capacity_keep_kernel<S><<<blocks_for(rows), kThreads, 0, stream>>>(
+        slots, offsets, experts, rows, capacity, lowest_weight, static_cast<const S*>(weights),
+        keep);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_capacity_compact(const std::int64_t* slots, const std::int64_t* offsets,
+                                    std::int64_t experts, std::int64_t rows,
+                                    const std::uint8_t* keep, const std::int64_t* new_offsets,
+                                    std::int64_t* new_slots, std::int64_t* row_of_slot,
+                                    cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  capacity_compact_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(
+      slots, offsets, experts, rows, keep, new_offsets, new_slots, row_of_slot);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_find_nan(RouterFloat t, const void* values, std::int64_t n,
+                            unsigned long long* nan_at, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using S = decltype(tag);
+    find_nan_kernel<S>
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(values), n, nan_at);
     return cudaGetLastError();
   });
 }

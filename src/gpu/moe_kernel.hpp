@@ -67,4 +67,28 @@ cudaError_t launch_unpermute(RouterFloat t, const void* y, const std::int64_t* r
                              const void* weights, std::int64_t tokens, std::int64_t k,
                              std::int64_t cols, void* out, cudaStream_t stream);
 
+/// Queues keep[i] (u8) for the rows i < rows of a permutation (slots, offsets [experts + 1]):
+/// 1 where row i's expert holds at most `capacity` rows; else, by slot order (`lowest_weight`
+/// false: the segment's first `capacity` rows) or by weight (the `capacity` rows of largest
+/// weights[slot], equal weights: lower slot first). weights: [T k] of type t (read when
+/// lowest_weight). Returns the launch's error.
+cudaError_t launch_capacity_keep(const std::int64_t* slots, const std::int64_t* offsets,
+                                 std::int64_t experts, std::int64_t rows, std::int64_t capacity,
+                                 bool lowest_weight, RouterFloat t, const void* weights,
+                                 std::uint8_t* keep, cudaStream_t stream);
+
+/// Queues the kept rows' compaction: new_slots[new_offsets[e] + (kept rows of e before i)] =
+/// slots[i] for every kept row i of expert e, row_of_slot[slots[i]] = that row, and -1 for a
+/// dropped one. Returns the launch's error.
+cudaError_t launch_capacity_compact(const std::int64_t* slots, const std::int64_t* offsets,
+                                    std::int64_t experts, std::int64_t rows,
+                                    const std::uint8_t* keep, const std::int64_t* new_offsets,
+                                    std::int64_t* new_slots, std::int64_t* row_of_slot,
+                                    cudaStream_t stream);
+
+/// Queues the smallest index i < n with values[i] NaN (values of type t) lowered into *nan_at.
+/// Returns the launch's error.
+cudaError_t launch_find_nan(RouterFloat t, const void* values, std::int64_t n,
+                            unsigned long long* nan_at, cudaStream_t stream);
+
 }  // namespace meshtest::gpu::detail

@@ -187,6 +187,50 @@ TEST(GpuPermutation, SlotsRowsAndSumsAreTheCpusBits) {
   }
 }
 
+TEST(GpuPermutation, CapacityDropsTheCpusSlotsByEitherPolicy) {
+  for (const auto& [tokens, experts, k] :
+       std::vector<std::array<std::int64_t, 3>>{{64, 8, 2}, {300, 32, 4}, {50, 4, 4}, {0, 4, 2}}) {
+    // Experts 0 and 1 favoured, so that they overflow; the weights also quantized to quarters,
+    // so that LowestWeight meets ties.
+    Tensor logits = logits_of(tokens, experts, DType::f32, 19);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      logits.data<float>()[t * experts] += 1.5f;
+      logits.data<float>()[t * experts + 1] += 1.0f;
+    }
+    const DeviceRouting r = gpu::gate(DeviceTensor::from_host(logits), k, kStream);
+    const Routing host = r.to_host();
+    Tensor quarters = host.weights;
+    for (std::int64_t i = 0; i < quarters.numel(); ++i) {
+      quarters.data<float>()[i] = std::round(quarters.data<float>()[i] * 4) / 4;
+    }
+    for (const Tensor& w : {host.weights, quarters}) {
+      const DeviceTensor dw = DeviceTensor::from_host(w);
+      for (const DropPolicy policy : {DropPolicy::TokenOrder, DropPolicy::LowestWeight}) {
+        for (const std::int64_t cap :
+             {std::int64_t{0}, std::int64_t{1}, expert_capacity(tokens, k, experts, 1.0),
+              expert_capacity(tokens, k, experts, 1.25), tokens * k}) {
+          SCOPED_TRACE(
+              fmt::format("T={} E={} k={} capacity {} {}", tokens, experts, k, cap,
+                          policy == DropPolicy::TokenOrder ? "token order" : "lowest weight"));
+          DevicePermutation dp = gpu::make_permutation(r, experts, kStream);
+          Permutation cp = make_permutation(host, experts);
+          EXPECT_EQ(gpu::apply_capacity(dp, cap, kStream, policy, &dw),
+                    apply_capacity(cp, cap, policy, &w));
+          const Permutation got = dp.to_host();
+          EXPECT_EQ(got.slots, cp.slots);
+          EXPECT_EQ(got.offsets, cp.offsets);
+          EXPECT_EQ(got.dropped, cp.dropped);
+          const Tensor y = random_normal({cp.rows(), 5}, DType::f32, {.seed = 20});
+          EXPECT_TRUE(gpu::unpermute(DeviceTensor::from_host(y), dp, dw, kStream)
+                          .to_host()
+                          .bitwise_equal(unpermute(y, cp, w)))
+              << "the dropped slots add nothing";
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuGroupedGemm, SegmentsMatchTheCpuOpEmptyOnesIncluded) {
   const std::vector<std::int64_t> offsets{0, 10, 10, 31, 31, 50};  // experts 1 and 3: no rows
   for (const DType t : {DType::f32, DType::bf16}) {
@@ -405,6 +449,16 @@ TEST(GpuMoe, BadInputIsAnErrorNamingIt) {
         (void)gpu::unpermute(y, p, DeviceTensor(Shape{4, 2}, DType::f64), kStream);
       },
       {"gpu unpermute: weights are"});
+  DevicePermutation q = gpu::make_permutation(gpu::gate(logits, 2, kStream), 6, kStream);
+  expect_error([&] { (void)gpu::apply_capacity(q, -1, kStream); },
+               {"gpu apply_capacity: capacity is -1, expected >= 0"});
+  expect_error([&] { (void)gpu::apply_capacity(q, 1, kStream, DropPolicy::LowestWeight); },
+               {"DropPolicy::LowestWeight needs the routing weights [4, 2]"});
+  Tensor nan_w(Shape{4, 2}, DType::f32);
+  nan_w.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  const DeviceTensor dnan = DeviceTensor::from_host(nan_w);
+  expect_error([&] { (void)gpu::apply_capacity(q, 1, kStream, DropPolicy::LowestWeight, &dnan); },
+               {"gpu apply_capacity: weight of token 2, slot 1 is NaN"});
   Blas blas;
   const DeviceTensor x(Shape{10, 4}, DType::f32), w(Shape{3, 5, 4}, DType::f32);
   const std::vector<std::int64_t> bad_end{0, 4, 4, 9}, bad_order{0, 6, 4, 10}, few{0, 10};
