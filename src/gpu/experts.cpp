@@ -6,10 +6,12 @@
 #include <vector>
 
 #include "src/gpu/linear.hpp"
+#include "src/gpu/moe_kernel.hpp"
 #include "src/gpu/op_timer.hpp"
 #include "src/gpu/runtime.hpp"
 #include "src/gpu/swiglu.hpp"
 #include "src/gpu/tensor_checks.hpp"
+#include "src/ops/mxfp4.hpp"
 #include "src/perf/profiler.hpp"
 
 namespace meshtest::gpu {
@@ -132,6 +134,30 @@ DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate
   const DeviceTensor logits = linear(blas, t, gate_weight, gate_bias);
   const DeviceRouting r = gate(logits, p.experts_per_token, blas.stream());
   return experts_routed(blas, t, r, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, p);
+}
+
+DeviceTensor mxfp4_decode(const DeviceTensor& blocks, const DeviceTensor& scales, DType out,
+                          cudaStream_t stream) {
+  constexpr std::string_view op = "gpu mxfp4_decode";
+  check_mxfp4(blocks.shape(), blocks.dtype(), scales.shape(), scales.dtype(), op);
+  using detail::DecodedFloat;
+  const DecodedFloat t =
+      out == DType::f32    ? DecodedFloat::f32
+      : out == DType::f64  ? DecodedFloat::f64
+      : out == DType::bf16 ? DecodedFloat::bf16
+      : out == DType::f16
+          ? DecodedFloat::f16
+          : throw Error(fmt::format("{}: output dtype {} is not bf16, f16, f32 or f64", op, out));
+  const DeviceGuard guard(blocks.empty() ? current_device() : blocks.device());
+  DeviceTensor y(mxfp4_decoded_shape(blocks.shape()), out, Tensor::Uninitialized{});
+  perf::OpScope scope("mxfp4_decode");
+  scope.input(info(blocks)).input(info(scales));
+  time_on_stream(scope, stream);
+  MESHTEST_CUDA_CHECK(detail::launch_mxfp4_decode(
+      reinterpret_cast<const std::uint8_t*>(blocks.bytes()),
+      reinterpret_cast<const std::uint8_t*>(scales.bytes()), scales.numel(), t, y.bytes(), stream));
+  scope.output(info(y)).flops(static_cast<double>(y.numel()));
+  return y;
 }
 
 }  // namespace meshtest::gpu

@@ -1,6 +1,7 @@
-// experts (GPU): the grouped GEMM of the MoE experts and the gpt-oss experts op (router, top-k,
-// the routed experts, the weighted combine) on DeviceTensors, with the CPU ops' contracts
-// (src/ops/moe/grouped_gemm.hpp, experts.hpp).
+// experts (GPU): the grouped GEMM of the MoE experts, the gpt-oss experts op (router, top-k, the
+// routed experts, the weighted combine) and the MXFP4 decode of the experts' weights on
+// DeviceTensors, with the CPU ops' contracts (src/ops/moe/grouped_gemm.hpp, experts.hpp,
+// src/ops/mxfp4.hpp).
 #pragma once
 
 #include <cstdint>
@@ -47,5 +48,12 @@ DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouti
                             const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
                             const MoeParams& p = {});
+
+/// mxfp4_decode (src/ops/mxfp4.hpp) on the GPU, queued on `stream`: the checkpoint's expert
+/// weights (blocks u8 [..., nblocks, 16], scales u8 [..., nblocks]) decoded to `out` (bf16, f16,
+/// f32 or f64) [..., nblocks * 32], the CPU op's bits (exact unless a scale overflows the type:
+/// Inf, as on the host). Throws the CPU op's Errors for the layout and `out`.
+DeviceTensor mxfp4_decode(const DeviceTensor& blocks, const DeviceTensor& scales, DType out,
+                          cudaStream_t stream);
 
 }  // namespace meshtest::gpu

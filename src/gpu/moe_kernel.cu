@@ -3,6 +3,8 @@
 // the selection, the permutation and the unpermuted sums are the CPU ops' bits.
 #include "src/gpu/moe_kernel.hpp"
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "src/gpu/bf16_device.cuh"
@@ -312,6 +314,38 @@ __global__ void find_nan_kernel(const S* values, std::int64_t n, unsigned long l
   }
 }
 
+__constant__ float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// f64 to the decoded type, one rounding to nearest even: every decoded value is exact in f32
+// unless it overflows it, so rounding to f32 first changes nothing for bf16 and f16.
+struct ToF64 {
+  __device__ double operator()(double v) const { return v; }
+};
+struct ToF32 {
+  __device__ float operator()(double v) const { return __double2float_rn(v); }
+};
+struct ToBf16 {
+  __device__ std::uint16_t operator()(double v) const { return narrow(__double2float_rn(v)); }
+};
+struct ToF16 {
+  __device__ std::uint16_t operator()(double v) const {
+    return __half_as_ushort(__float2half_rn(__double2float_rn(v)));
+  }
+};
+
+template <class Out, class Convert>
+__global__ void mxfp4_decode_kernel(const std::uint8_t* blocks, const std::uint8_t* scales,
+                                    std::int64_t n, Out* out, Convert convert) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::uint8_t byte = blocks[i / 2];  // 16 bytes = 32 values per block
+    const int code = (i % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
+    // Exact in f64: |e2m1| <= 6 times 2^(s - 127), s in 0..255.
+    out[i] = convert(static_cast<double>(kE2m1[code]) * ldexp(1.0, int{scales[i / 32]} - 127));
+  }
+}
+
 template <class F>
 cudaError_t by_type(RouterFloat t, F&& f) {
   switch (t) {
@@ -465,6 +499,33 @@ cudaError_t launch_find_nan(RouterFloat t, const void* values, std::int64_t n,
         <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(values), n, nan_at);
     return cudaGetLastError();
   });
+}
+
+cudaError_t launch_mxfp4_decode(const std::uint8_t* blocks, const std::uint8_t* scales,
+                                std::int64_t nblocks, DecodedFloat t, void* out,
+                                cudaStream_t stream) {
+  const std::int64_t n = nblocks * 32;
+  if (n == 0) return cudaSuccess;
+  const unsigned grid = blocks_for(n);
+  switch (t) {
+    case DecodedFloat::f64:
+      mxfp4_decode_kernel<<<grid, kThreads, 0, stream>>>(blocks, scales, n,
+                                                         static_cast<double*>(out), ToF64{});
+      break;
+    case DecodedFloat::f32:
+      mxfp4_decode_kernel<<<grid, kThreads, 0, stream>>>(blocks, scales, n,
+                                                         static_cast<float*>(out), ToF32{});
+      break;
+    case DecodedFloat::bf16:
+      mxfp4_decode_kernel<<<grid, kThreads, 0, stream>>>(
+          blocks, scales, n, static_cast<std::uint16_t*>(out), ToBf16{});
+      break;
+    case DecodedFloat::f16:
+      mxfp4_decode_kernel<<<grid, kThreads, 0, stream>>>(blocks, scales, n,
+                                                         static_cast<std::uint16_t*>(out), ToF16{});
+      break;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace meshtest::gpu::detail

@@ -91,4 +91,15 @@ cudaError_t launch_capacity_compact(const std::int64_t* slots, const std::int64_
 cudaError_t launch_find_nan(RouterFloat t, const void* values, std::int64_t n,
                             unsigned long long* nan_at, cudaStream_t stream);
 
+/// The decoded type of mxfp4_decode.
+enum class DecodedFloat : std::uint8_t { f32, f64, bf16, f16 };
+
+/// Queues the decode of MXFP4 (blocks u8 [nblocks, 16], two e2m1 codes a byte, low nibble
+/// first; scales u8 [nblocks], e8m0) into out [nblocks * 32] of type t: each value e2m1(code) *
+/// 2^(s - 127), exact in f64 and rounded once to nearest even (Inf past the type's range) from
+/// there, as the host's conversion does. Returns the launch's error.
+cudaError_t launch_mxfp4_decode(const std::uint8_t* blocks, const std::uint8_t* scales,
+                                std::int64_t nblocks, DecodedFloat t, void* out,
+                                cudaStream_t stream);
+
 }  // namespace meshtest::gpu::detail

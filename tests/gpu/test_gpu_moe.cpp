@@ -32,6 +32,7 @@
 #include "src/ops/moe/grouped_gemm.hpp"
 #include "src/ops/moe/permute.hpp"
 #include "src/ops/moe/steps.hpp"
+#include "src/ops/mxfp4.hpp"
 #include "tests/support/expect_error.hpp"
 
 namespace meshtest::gpu {
@@ -402,6 +403,61 @@ TEST(GpuExperts, TheWholeOpRoutesAsTheCpuWhereTheMarginExceedsTheLogitsBound) {
     EXPECT_LE(flipped, 3) << "more near-ties than 300 tokens of random logits should hold";
     const Comparison cmp = compare(want, same, experts_model(c));
     EXPECT_TRUE(cmp.passed) << cmp << " (" << flipped << " excused tokens)";
+  }
+}
+
+TEST(GpuMxfp4, DecodeIsTheCpusBitsInEveryFloatType) {
+  // Random bytes: every code of both nibbles; every scale 0..255 (past f16's and f32's range
+  // at both ends: zeros, subnormals and Inf as the host rounds them).
+  const Tensor blocks = random_integers({3, 256, 16}, DType::u8, {.seed = 21}, 0, 255);
+  Tensor scales(Shape{3, 256}, DType::u8);
+  for (std::int64_t i = 0; i < scales.numel(); ++i) {
+    scales.data<std::uint8_t>()[i] = static_cast<std::uint8_t>((i * 7) % 256);
+  }
+  const DeviceTensor db = DeviceTensor::from_host(blocks), ds = DeviceTensor::from_host(scales);
+  for (const DType out : {DType::bf16, DType::f16, DType::f32, DType::f64}) {
+    const Tensor got = gpu::mxfp4_decode(db, ds, out, kStream).to_host();
+    const Tensor want = mxfp4_decode(blocks, scales, out);
+    EXPECT_TRUE(got.bitwise_equal(want))
+        << dtype_name(out) << ": " << compare(want, got, Metric::exact, 0);
+  }
+  expect_error([&] { (void)gpu::mxfp4_decode(db, ds, DType::i32, kStream); },
+               {"gpu mxfp4_decode: output dtype i32 is not bf16, f16, f32 or f64"});
+  expect_error(
+      [&] {
+        (void)gpu::mxfp4_decode(DeviceTensor(Shape{3, 4, 8}, DType::u8), ds, DType::f32, kStream);
+      },
+      {"gpu mxfp4_decode"});
+}
+
+TEST(GpuMxfp4, ExpertsOnWeightsDecodedOnTheGpu) {
+  // The checkpoint's MXFP4 experts decoded on the GPU feed the experts op as the CPU-decoded
+  // weights feed the CPU's (hidden and I multiples of 32, as the format needs).
+  for (const DType d : {DType::f32, DType::bf16}) {
+    ExpertCase c = expert_case(40, 4, 2, d, 22);
+    const auto rnd = [&](Shape s, std::uint64_t stream, double std) {
+      return random_normal(std::move(s), d, {.seed = 22, .stream = stream}, 0.0, std);
+    };
+    c.t = rnd({40, 32}, 0, 1);
+    c.gate_w = rnd({4, 32}, 1, 0.2);
+    const Mxfp4 w1 = mxfp4_encode(rnd({4, 64, 32}, 3, 0.35));
+    const Mxfp4 w2 = mxfp4_encode(rnd({4, 32, 32}, 5, 0.2));
+    c.w1 = mxfp4_decode(w1, d);
+    c.w2 = mxfp4_decode(w2, d);
+    c.b1 = rnd({4, 64}, 4, 4);
+    c.b2 = rnd({4, 32}, 6, 0.5);
+    const DeviceTensor gw1 = gpu::mxfp4_decode(on_gpu(w1.blocks), on_gpu(w1.scales), d, kStream);
+    const DeviceTensor gw2 = gpu::mxfp4_decode(on_gpu(w2.blocks), on_gpu(w2.scales), d, kStream);
+    ASSERT_TRUE(gw1.to_host().bitwise_equal(c.w1));
+    ASSERT_TRUE(gw2.to_host().bitwise_equal(c.w2));
+    const Routing r = route_top_k(linear(c.t, c.gate_w, c.gate_b), 2);
+    Blas blas;
+    const DeviceTensor got = experts_routed(blas, on_gpu(c.t), routing_on_gpu(r), gw1, on_gpu(c.b1),
+                                            gw2, on_gpu(c.b2), c.p);
+    blas.synchronize();
+    const Tensor want = experts(c.t, c.gate_w, c.gate_b, c.w1, c.b1, c.w2, c.b2, c.p);
+    const Comparison cmp = compare(want, got.to_host(), experts_model(c));
+    EXPECT_TRUE(cmp.passed) << dtype_name(d) << ": " << cmp;
   }
 }
 
