@@ -61,6 +61,20 @@ __global__ void broadcast_rows_kernel(const S* bias, S* y, std::int64_t rows, st
   }
 }
 
+__global__ void swiglu_backward_kernel(const float* x, const float* grad_out, float* grad_x,
+                                       std::int64_t n, float alpha, float limit) {
+  for (std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; c < n;
+       c += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x_glu = x[2 * c], x_lin = x[2 * c + 1];
+    const float g = limit < x_glu ? limit : x_glu;
+    const float l = x_lin < -limit ? -limit : (limit < x_lin ? limit : x_lin);
+    const float s = 1.0f / (1.0f + expf(-(alpha * g)));
+    const float gc = grad_out[c];
+    grad_x[2 * c] = x_glu <= limit ? gc * (l + 1.0f) * s * (1.0f + alpha * g * (1.0f - s)) : 0.0f;
+    grad_x[2 * c + 1] = fabsf(x_lin) <= limit ? gc * g * s : 0.0f;
+  }
+}
+
 unsigned blocks_for(std::int64_t n) {
   const std::int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
@@ -80,6 +94,14 @@ cudaError_t launch_swiglu(Float t, const void* x, void* y, std::int64_t rows, st
     swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
         static_cast<const float*>(x), static_cast<float*>(y), rows, half, alpha, limit);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu_backward(const float* x, const float* grad_out, float* grad_x,
+                                   std::int64_t n, float alpha, float limit, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, grad_out, grad_x, n, alpha,
+                                                                 limit);
   return cudaGetLastError();
 }
 

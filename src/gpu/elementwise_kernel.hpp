@@ -20,6 +20,14 @@ enum class Float : std::uint8_t { f32, bf16 };
 cudaError_t launch_swiglu(Float t, const void* x, void* y, std::int64_t rows, std::int64_t half,
                           float alpha, float limit, cudaStream_t stream);
 
+/// Queues the backward of launch_swiglu in f32 (the CPU's swiglu_backward,
+/// src/ops/swiglu_grad.cpp): for pair c < n (x [n, 2] as glu, lin; grad_out [n]), with
+/// g = min(x_glu, limit), l = clamp(x_lin, -limit, limit), s = 1 / (1 + exp(-alpha g)):
+///   gx_glu = x_glu <= limit ? grad · (l + 1) · s · (1 + alpha g (1 - s)) : 0,
+///   gx_lin = |x_lin| <= limit ? grad · g · s : 0.   Returns the launch's error.
+cudaError_t launch_swiglu_backward(const float* x, const float* grad_out, float* grad_x,
+                                   std::int64_t n, float alpha, float limit, cudaStream_t stream);
+
 /// Queues y[r, j] = bias[j] (or 0 when bias is null) for r < rows, j < cols on `stream`.
 cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64_t rows,
                                   std::int64_t cols, cudaStream_t stream);

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "src/gpu/cublas.hpp"
+#include "src/gpu/elementwise_kernel.hpp"
 #include "src/gpu/linear.hpp"
 #include "src/gpu/moe_kernel.hpp"
 #include "src/gpu/op_timer.hpp"
@@ -59,6 +61,72 @@ void check_expert_weights(std::string_view op, const Blas& blas, const DeviceTen
   check_on_device(op, "t", t, blas.device());
 }
 
+/// A routing's slots grouped by expert, with the segments' offsets on the host too (the grouped
+/// GEMMs launch one GEMM per segment).
+struct Grouped {
+  DevicePermutation perm;
+  Tensor offsets_host;
+  std::span<const std::int64_t> offsets() const {
+    return {offsets_host.data<std::int64_t>(), static_cast<std::size_t>(offsets_host.numel())};
+  }
+};
+
+/// make_permutation, then the offsets back on the host (synchronizing the stream).
+Grouped group_by_expert(const DeviceRouting& routing, std::int64_t experts, cudaStream_t stream) {
+  Grouped g{.perm = make_permutation(routing, experts, stream), .offsets_host = {}};
+  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));
+  g.offsets_host = g.perm.offsets.to_host();
+  return g;
+}
+
+/// Row-major C [m, n] = op(A) · op(B) in f32 on `handle`'s stream: A is [m, k] ([k, m] when
+/// ta), B is [k, n] ([n, k] when tb). cuBLAS is column-major, where a row-major buffer is its
+/// transpose: C^T = op(B)^T · op(A)^T.
+void gemm_rows(cublasHandle_t handle, bool ta, bool tb, std::int64_t m, std::int64_t n,
+               std::int64_t k, const float* a, const float* b, float* c) {
+  if (m == 0 || n == 0) return;
+  const float one = 1, zero = 0;
+  MESHTEST_CUBLAS_CHECK(cublasGemmEx(
+      handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+      static_cast<int>(m), static_cast<int>(k), &one, b, CUDA_R_32F, static_cast<int>(tb ? k : n),
+      a, CUDA_R_32F, static_cast<int>(ta ? m : k), &zero, c, CUDA_R_32F, static_cast<int>(n),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/// The backward of a grouped GEMM out = x · W[e]^T per segment: grad_x [rows, in], grad_w
+/// [G, out, in] (zero for an empty segment) and grad_b [G, out], f32.
+struct GroupedGrads {
+  DeviceTensor x, w, bias;
+};
+
+GroupedGrads grouped_backward(cublasHandle_t handle, cudaStream_t stream, const DeviceTensor& x,
+                              std::span<const std::int64_t> offsets,
+                              const DeviceTensor& offsets_dev, const DeviceTensor& w,
+                              const DeviceTensor& grad_out) {
+  const std::int64_t rows = x.shape()[0], in = x.shape()[1];
+  const std::int64_t groups = w.shape()[0], out = w.shape()[1];
+  GroupedGrads g{.x = DeviceTensor(Shape{rows, in}, DType::f32),
+                 .w = DeviceTensor(w.shape(), DType::f32),
+                 .bias = DeviceTensor(Shape{groups, out}, DType::f32, Tensor::Uninitialized{})};
+  const auto* xp = reinterpret_cast<const float*>(x.bytes());
+  const auto* wp = reinterpret_cast<const float*>(w.bytes());
+  const auto* gp = reinterpret_cast<const float*>(grad_out.bytes());
+  for (std::int64_t e = 0; e < groups; ++e) {
+    const std::int64_t r0 = offsets[e], n = offsets[e + 1] - offsets[e];
+    if (n == 0) continue;
+    // grad_x[seg] = g[seg] · W[e]: [n, out] x [out, in].
+    gemm_rows(handle, false, false, n, in, out, gp + r0 * out, wp + e * out * in,
+              reinterpret_cast<float*>(g.x.bytes()) + r0 * in);
+    // grad_w[e] = g[seg]^T · x[seg]: [out, n] x [n, in].
+    gemm_rows(handle, true, false, out, in, n, gp + r0 * out, xp + r0 * in,
+              reinterpret_cast<float*>(g.w.bytes()) + e * out * in);
+  }
+  MESHTEST_CUDA_CHECK(detail::launch_segment_column_sums(
+      gp, reinterpret_cast<const std::int64_t*>(offsets_dev.bytes()), groups, out,
+      reinterpret_cast<float*>(g.bias.bytes()), stream));
+  return g;
+}
+
 }  // namespace
 
 DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std::int64_t> offsets,
@@ -110,11 +178,9 @@ DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouti
                  routing.weights.dtype(), describe(t));
   const std::int64_t experts_n = mlp1_weight.shape()[0];
   cudaStream_t stream = blas.stream();
-  const DevicePermutation perm = make_permutation(routing, experts_n, stream);
-  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // the segment sizes, for the host's GEMMs
-  const Tensor offsets_host = perm.offsets.to_host();
-  const std::span<const std::int64_t> offsets(offsets_host.data<std::int64_t>(),
-                                              static_cast<std::size_t>(experts_n + 1));
+  const Grouped grouped = group_by_expert(routing, experts_n, stream);
+  const DevicePermutation& perm = grouped.perm;
+  const std::span<const std::int64_t> offsets = grouped.offsets();
   const DeviceTensor rows = permute(t, perm, stream);
   const DeviceTensor h = grouped_gemm(blas, rows, offsets, mlp1_weight, &mlp1_bias);
   const DeviceTensor a = swiglu(h, stream, p.swiglu_alpha, p.swiglu_limit);
@@ -134,6 +200,68 @@ DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate
   const DeviceTensor logits = linear(blas, t, gate_weight, gate_bias);
   const DeviceRouting r = gate(logits, p.experts_per_token, blas.stream());
   return experts_routed(blas, t, r, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, p);
+}
+
+DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouting& routing,
+                            const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
+                            const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
+                            const DeviceTensor& grad_out, const MoeParams& p) {
+  constexpr std::string_view op = "gpu moe_backward";
+  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias);
+  MESHTEST_CHECK(t.dtype() == DType::f32, "{}: t is {}: f32 expected", op, describe(t));
+  const std::int64_t tokens = t.shape()[0], hidden = t.shape()[1];
+  MESHTEST_CHECK(grad_out.shape() == t.shape(), "{}: grad_out is {}, expected [{}, {}]", op,
+                 describe(grad_out), tokens, hidden);
+  check_dtype(op, "grad_out", grad_out, DType::f32);
+  MESHTEST_CHECK(
+      routing.num_tokens == tokens && routing.weights.shape() == (Shape{tokens, routing.k}),
+      "{}: the routing is for {} tokens x k {} (weights {}), but t is {}", op, routing.num_tokens,
+      routing.k, describe(routing.weights), describe(t));
+  check_dtype(op, "routing.weights", routing.weights, DType::f32);
+  const std::int64_t experts_n = mlp1_weight.shape()[0];
+  cudaStream_t stream = blas.stream();
+  const Grouped grouped = group_by_expert(routing, experts_n, stream);
+  const DevicePermutation& perm = grouped.perm;
+  const std::span<const std::int64_t> offsets = grouped.offsets();
+  perf::OpScope scope("moe_backward");
+  scope.input(info(t)).input(info(grad_out)).attr("k", routing.k);
+  // The forward again on the rows grouped by expert: h = W1 x + b1, a = swiglu(h), y = W2 a.
+  const DeviceTensor x = permute(t, perm, stream);
+  const DeviceTensor h = grouped_gemm(blas, x, offsets, mlp1_weight, &mlp1_bias);
+  const DeviceTensor a = swiglu(h, stream, p.swiglu_alpha, p.swiglu_limit);
+  const DeviceTensor y = grouped_gemm(blas, a, offsets, mlp2_weight);
+  const DeviceTensor grad_rows = permute(grad_out, perm, stream);
+  DeviceMoeGrads g;
+  g.weights = DeviceTensor(routing.weights.shape(), DType::f32);  // zero where a slot has no row
+  DeviceTensor dy(y.shape(), DType::f32, Tensor::Uninitialized{});
+  const auto* offsets_dev = reinterpret_cast<const std::int64_t*>(perm.offsets.bytes());
+  MESHTEST_CUDA_CHECK(detail::launch_slot_terms(
+      reinterpret_cast<const std::int64_t*>(perm.slots.bytes()), offsets_dev, experts_n,
+      perm.rows(), hidden, reinterpret_cast<const float*>(grad_rows.bytes()),
+      reinterpret_cast<const float*>(y.bytes()), reinterpret_cast<const float*>(mlp2_bias.bytes()),
+      reinterpret_cast<const float*>(routing.weights.bytes()),
+      reinterpret_cast<float*>(g.weights.bytes()), reinterpret_cast<float*>(dy.bytes()), stream));
+  const BlasHandle handle;
+  MESHTEST_CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
+  GroupedGrads g2 =
+      grouped_backward(handle.get(), stream, a, offsets, perm.offsets, mlp2_weight, dy);
+  DeviceTensor dh(h.shape(), DType::f32, Tensor::Uninitialized{});
+  MESHTEST_CUDA_CHECK(detail::launch_swiglu_backward(
+      reinterpret_cast<const float*>(h.bytes()), reinterpret_cast<const float*>(g2.x.bytes()),
+      reinterpret_cast<float*>(dh.bytes()), g2.x.numel(), static_cast<float>(p.swiglu_alpha),
+      static_cast<float>(p.swiglu_limit), stream));
+  GroupedGrads g1 =
+      grouped_backward(handle.get(), stream, x, offsets, perm.offsets, mlp1_weight, dh);
+  Tensor ones(Shape{tokens, routing.k}, DType::f32);
+  ones.fill(1.0);
+  g.t = unpermute(g1.x, perm, DeviceTensor::from_host(ones), stream);
+  g.mlp1_weight = std::move(g1.w);
+  g.mlp1_bias = std::move(g1.bias);
+  g.mlp2_weight = std::move(g2.w);
+  g.mlp2_bias = std::move(g2.bias);
+  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch above is freed
+  scope.output(info(g.t));
+  return g;
 }
 
 DeviceTensor mxfp4_decode(const DeviceTensor& blocks, const DeviceTensor& scales, DType out,

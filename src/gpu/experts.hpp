@@ -49,6 +49,29 @@ DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouti
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
                             const MoeParams& p = {});
 
+/// The gradients of the routed experts and combine on the GPU (MoeGrads, src/ops/moe/grad.hpp).
+struct DeviceMoeGrads {
+  DeviceTensor t;            ///< [T, hidden]
+  DeviceTensor weights;      ///< [T, k]
+  DeviceTensor mlp1_weight;  ///< [E, 2I, hidden] (zero for an expert with no tokens)
+  DeviceTensor mlp1_bias;    ///< [E, 2I]
+  DeviceTensor mlp2_weight;  ///< [E, hidden, I]
+  DeviceTensor mlp2_bias;    ///< [E, hidden]
+};
+
+/// moe_backward on the GPU, f32, queued on blas.stream(): the forward again on the rows grouped
+/// by expert (permute, grouped GEMM, swiglu, grouped GEMM), the per-slot terms (the routing
+/// weights' gradient, dy), the grouped GEMMs' backward (grad_x = g · W, grad_W = gᵀ · x on
+/// cuBLAS, grad_b = the column sums of g over the segment's rows), swiglu's backward, and each
+/// token's rows summed back (unpermute with unit weights). The routing is held fixed, as on the
+/// CPU. Within the CPU op's error model; synchronizes the stream once (the segment sizes).
+/// Throws Error for shapes that disagree, a dtype other than f32, or a routing that does not
+/// fit t.
+DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouting& routing,
+                            const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
+                            const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
+                            const DeviceTensor& grad_out, const MoeParams& p = {});
+
 /// mxfp4_decode (src/ops/mxfp4.hpp) on the GPU, queued on `stream`: the checkpoint's expert
 /// weights (blocks u8 [..., nblocks, 16], scales u8 [..., nblocks]) decoded to `out` (bf16, f16,
 /// f32 or f64) [..., nblocks * 32], the CPU op's bits (exact unless a scale overflows the type:

@@ -346,6 +346,37 @@ __global__ void mxfp4_decode_kernel(const std::uint8_t* blocks, const std::uint8
   }
 }
 
+__global__ void slot_terms_kernel(const std::int64_t* slots, const std::int64_t* offsets,
+                                  std::int64_t experts, std::int64_t rows, std::int64_t h,
+                                  const float* grad_rows, const float* y, const float* mlp2_bias,
+                                  const float* weights, float* grad_weights, float* dy) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = segment_of(offsets, experts, i);
+    const std::int64_t s = slots[i];
+    const float w = weights[s];
+    float dot = 0;
+    for (std::int64_t c = 0; c < h; ++c) {
+      const float g = grad_rows[i * h + c];
+      dot += g * (y[i * h + c] + mlp2_bias[e * h + c]);
+      dy[i * h + c] = w * g;
+    }
+    grad_weights[s] = dot;
+  }
+}
+
+__global__ void segment_column_sums_kernel(const float* x, const std::int64_t* offsets,
+                                           std::int64_t experts, std::int64_t cols, float* sums) {
+  const std::int64_t n = experts * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = i / cols, c = i % cols;
+    float sum = 0;
+    for (std::int64_t r = offsets[e]; r < offsets[e + 1]; ++r) sum += x[r * cols + c];
+    sums[i] = sum;
+  }
+}
+
 template <class F>
 cudaError_t by_type(RouterFloat t, F&& f) {
   switch (t) {
@@ -525,6 +556,26 @@ cudaError_t launch_mxfp4_decode(const std::uint8_t* blocks, const std::uint8_t* 
                                                          static_cast<std::uint16_t*>(out), ToF16{});
       break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_slot_terms(const std::int64_t* slots, const std::int64_t* offsets,
+                              std::int64_t experts, std::int64_t rows, std::int64_t h,
+                              const float* grad_rows, const float* y, const float* mlp2_bias,
+                              const float* weights, float* grad_weights, float* dy,
+                              cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  slot_terms_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(
+      slots, offsets, experts, rows, h, grad_rows, y, mlp2_bias, weights, grad_weights, dy);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_segment_column_sums(const float* x, const std::int64_t* offsets,
+                                       std::int64_t experts, std::int64_t cols, float* sums,
+                                       cudaStream_t stream) {
+  if (experts * cols == 0) return cudaSuccess;
+  segment_column_sums_kernel<<<blocks_for(experts * cols), kThreads, 0, stream>>>(
+      x, offsets, experts, cols, sums);
   return cudaGetLastError();
 }
 

@@ -91,6 +91,23 @@ cudaError_t launch_capacity_compact(const std::int64_t* slots, const std::int64_
 cudaError_t launch_find_nan(RouterFloat t, const void* values, std::int64_t n,
                             unsigned long long* nan_at, cudaStream_t stream);
 
+/// Queues the MoE backward's per-slot terms (f32) for the rows i < rows of a permutation (slots,
+/// offsets [experts + 1]), from grad_rows [rows, h] (grad_out of each row's token), y [rows, h]
+/// (the expert outputs without bias), mlp2_bias [experts, h] and the routing weights [T k]:
+///   grad_weights[slots[i]] = Σ_c grad_rows[i, c] (y[i, c] + b2[e, c])   (c ascending),
+///   dy[i, c] = weights[slots[i]] · grad_rows[i, c].   Returns the launch's error.
+cudaError_t launch_slot_terms(const std::int64_t* slots, const std::int64_t* offsets,
+                              std::int64_t experts, std::int64_t rows, std::int64_t h,
+                              const float* grad_rows, const float* y, const float* mlp2_bias,
+                              const float* weights, float* grad_weights, float* dy,
+                              cudaStream_t stream);
+
+/// Queues sums[e, c] = Σ over the rows i of segment e (offsets [experts + 1], ascending) of
+/// x[i, c], 0 for an empty segment (x [rows, cols], f32). Returns the launch's error.
+cudaError_t launch_segment_column_sums(const float* x, const std::int64_t* offsets,
+                                       std::int64_t experts, std::int64_t cols, float* sums,
+                                       cudaStream_t stream);
+
 /// The decoded type of mxfp4_decode.
 enum class DecodedFloat : std::uint8_t { f32, f64, bf16, f16 };
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/check/compare.hpp"
@@ -29,6 +30,7 @@
 #include "src/ops/moe/balance.hpp"
 #include "src/ops/moe/experts.hpp"
 #include "src/ops/moe/gating.hpp"
+#include "src/ops/moe/grad.hpp"
 #include "src/ops/moe/grouped_gemm.hpp"
 #include "src/ops/moe/permute.hpp"
 #include "src/ops/moe/steps.hpp"
@@ -404,6 +406,46 @@ TEST(GpuExperts, TheWholeOpRoutesAsTheCpuWhereTheMarginExceedsTheLogitsBound) {
     const Comparison cmp = compare(want, same, experts_model(c));
     EXPECT_TRUE(cmp.passed) << cmp << " (" << flipped << " excused tokens)";
   }
+}
+
+TEST(GpuMoeBackward, GradientsWithinTheModelOfTheCpuOp) {
+  for (const auto& [tokens, e, k] : std::vector<std::array<std::int64_t, 3>>{
+           {37, 8, 2}, {64, 4, 4}, {20, 6, 1}, {128, 32, 4}, {3, 8, 2}}) {
+    const ExpertCase c = expert_case(tokens, e, k, DType::f32, 23);
+    SCOPED_TRACE(c.label);
+    const Routing r = route_top_k(linear(c.t, c.gate_w, c.gate_b), k);
+    const Tensor grad_out = random_normal({tokens, 24}, DType::f32, {.seed = 24});
+    const MoeGrads want = moe_backward(c.t, r, c.w1, c.b1, c.w2, c.b2, grad_out, c.p);
+    Blas blas;
+    const DeviceMoeGrads got =
+        gpu::moe_backward(blas, on_gpu(c.t), routing_on_gpu(r), on_gpu(c.w1), on_gpu(c.b1),
+                          on_gpu(c.w2), on_gpu(c.b2), on_gpu(grad_out), c.p);
+    blas.synchronize();
+    // The forward again (hidden and the bias, then I), the chain back through mlp2 (hidden),
+    // swiglu and mlp1 (2I), the sums over a segment's rows (at most T k) and a token's k slots.
+    constexpr std::int64_t hidden = 24, inter = 20;
+    const ErrorModel m{.dtype = DType::f32,
+                       .terms = (hidden + 1) + inter + hidden + 2 * inter + tokens * k + k + 8};
+    for (const auto& [name, w, g] : {std::tuple{"t", &want.t, &got.t},
+                                     {"weights", &want.weights, &got.weights},
+                                     {"mlp1_weight", &want.mlp1_weight, &got.mlp1_weight},
+                                     {"mlp1_bias", &want.mlp1_bias, &got.mlp1_bias},
+                                     {"mlp2_weight", &want.mlp2_weight, &got.mlp2_weight},
+                                     {"mlp2_bias", &want.mlp2_bias, &got.mlp2_bias}}) {
+      const Comparison cmp = compare(*w, g->to_host(), m);
+      EXPECT_TRUE(cmp.passed) << name << ": " << cmp;
+    }
+  }
+  // bf16 is the CPU op's Error too (f32 only).
+  const ExpertCase c = expert_case(4, 4, 2, DType::bf16, 25);
+  Blas blas;
+  const Routing r = route_top_k(linear(c.t, c.gate_w, c.gate_b), 2);
+  expect_error(
+      [&] {
+        (void)gpu::moe_backward(blas, on_gpu(c.t), routing_on_gpu(r), on_gpu(c.w1), on_gpu(c.b1),
+                                on_gpu(c.w2), on_gpu(c.b2), on_gpu(c.t), c.p);
+      },
+      {"gpu moe_backward: t is bf16[4, 24]", "f32 expected"});
 }
 
 TEST(GpuMxfp4, DecodeIsTheCpusBitsInEveryFloatType) {
