@@ -75,7 +75,9 @@ bool parse(int argc, char** argv, const dist::Environment& env, MoeBenchOptions&
       "against the minimum bytes and an all_gather-everything exchange; (c) the EP MLP block "
       "against the all_gather-everything and TP MLP blocks on the same mesh. f32, random "
       "weights; the defaults are gpt-oss-20b's MLP (hidden 2880, intermediate 2880, 32 experts "
-      "top-4) with T = 1024 tokens.\nRun as: ./launch/meshtest bench moe -np 8 [options]\n"
+      "top-4) with T = 1024 tokens. --device cuda: table (a) on rank 0's GPU (bf16 by default) "
+      "against one dense cuBLASLt GEMM, at the 20b expert GEMMs of 2048 tokens top-4.\n"
+      "Run as: ./launch/meshtest bench moe -np 8 [options]\n"
       "Options");
   auto add = opts.add_options();
   add("help,h", "print this help");
@@ -92,7 +94,11 @@ bool parse(int argc, char** argv, const dist::Environment& env, MoeBenchOptions&
   add("tokens", po::value(&o.tokens)->default_value(o.tokens),
       "tokens T of the whole EP group (split over the EP axis)");
   add("gemm", po::value<std::string>()->default_value("2048x2880x2880x32,512x1024x1024x8"),
-      "table (a): comma list of ROWSxINxOUTxEXPERTS");
+      "table (a): comma list of ROWSxINxOUTxEXPERTS (--device cuda: default "
+      "8192x2880x5760x32,8192x2880x2880x32, mlp1 and mlp2 of 2048 tokens top-4)");
+  add("device", po::value(&o.device)->default_value("cpu"),
+      "cpu, or cuda: table (a) on rank 0's GPU (a build with the GPU side; --parts gemm)");
+  add("dtype", po::value<std::string>(), "--device cuda: bf16 (default) or f32");
   add("parts", po::value<std::string>()->default_value("gemm,exchange,block"),
       "tables to print: gemm (a), exchange (b), block (c)");
   add("iters", po::value(&o.iters)->default_value(o.iters), "measured calls per figure");
@@ -125,12 +131,26 @@ bool parse(int argc, char** argv, const dist::Environment& env, MoeBenchOptions&
                  o.intermediate, tp, 1 - o.ep_axis);
   MESHTEST_CHECK(o.iters >= 1 && o.warmup >= 0,
                  "--iters must be >= 1 and --warmup >= 0; got {}, {}", o.iters, o.warmup);
-  o.gemms = parse_gemms(vm["gemm"].as<std::string>());
+  MESHTEST_CHECK(o.device == "cpu" || o.device == "cuda", "--device: '{}' is not cpu or cuda",
+                 o.device);
+  const bool cuda = o.device == "cuda";
+  MESHTEST_CHECK(!cuda || MESHTEST_BENCH_CUDA,
+                 "--device cuda: this meshtest-bench was built without the GPU side (configure "
+                 "with -DMESHTEST_CUDA=ON; docs/gpu.md)");
+  o.dtype = vm.count("dtype") != 0 ? vm["dtype"].as<std::string>() : (cuda ? "bf16" : "f32");
+  MESHTEST_CHECK(cuda ? (o.dtype == "bf16" || o.dtype == "f32") : o.dtype == "f32",
+                 "--dtype: '{}' is not {}", o.dtype,
+                 cuda ? "bf16 or f32" : "f32 (the CPU tables are f32; bf16 with --device cuda)");
+  o.gemms = parse_gemms(cuda && vm["gemm"].defaulted() ? "8192x2880x5760x32,8192x2880x2880x32"
+                                                       : vm["gemm"].as<std::string>());
   for (const std::string& part : split(vm["parts"].as<std::string>(), ',')) {
     MESHTEST_CHECK(part == "gemm" || part == "exchange" || part == "block",
                    "--parts: unknown part '{}' (expected gemm, exchange, block)", part);
     o.parts.insert(part);
   }
+  MESHTEST_CHECK(!cuda || (o.parts.size() == 1 && o.parts.count("gemm") == 1),
+                 "--device cuda: only the gemm table (a) runs on a GPU so far (--parts gemm); "
+                 "the exchange and block tables need expert parallelism on GPU ranks");
   if (!json_path.empty()) check_outputs_writable({json_path}, env.rank());
   return true;
 }
@@ -157,7 +177,14 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
   nlohmann::json doc = bench::moe_header(mesh, o);
   bench::Verdicts verdicts;
   if (o.parts.count("gemm") != 0) {
-    if (root) doc["gemm"] = bench::gemm_table(o, verdicts);
+    if (root) {
+#if MESHTEST_BENCH_CUDA
+      doc["gemm"] =
+          o.device == "cuda" ? bench::gemm_table_cuda(o, verdicts) : bench::gemm_table(o, verdicts);
+#else
+      doc["gemm"] = bench::gemm_table(o, verdicts);
+#endif
+    }
     idle_barrier(mesh.comm());  // the other ranks wait for rank 0's table, leaving it the cores
   }
   if (o.parts.count("exchange") != 0 || o.parts.count("block") != 0) {

@@ -18,8 +18,13 @@ namespace {
 
 constexpr double kGemmTarget = 0.8;  // the target: grouped >= 0.8 x dense GFLOP/s
 
-/// Segment offsets [E + 1] of `rows` rows: "uniform" (array_split), "zipf" (expert e's share
-/// ∝ 1/(e+1), the rounding remainder to the lowest ids) or "all-to-one" (every row on expert 0).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
 std::vector<std::int64_t> segment_offsets(const std::string& routing, std::int64_t rows,
                                           std::int64_t experts) {
   std::vector<std::int64_t> count(static_cast<std::size_t>(experts), 0);
@@ -48,23 +53,53 @@ std::vector<std::int64_t> segment_offsets(const std::string& routing, std::int64
   return offsets;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+SegmentUse segment_use(const std::vector<std::int64_t>& offsets) {
+  SegmentUse u;
+  for (std::size_t e = 0; e + 1 < offsets.size(); ++e) {
+    u.used += offsets[e + 1] > offsets[e] ? 1 : 0;
+    u.largest = std::max(u.largest, offsets[e + 1] - offsets[e]);
+  }
+  return u;
 }
 
-}  // namespace
+nlohmann::json gemm_row(const GemmSize& g, const std::string& routing, SegmentUse use,
+                        double grouped_ms, double dense_ms, double ratio) {
+  const double flops = 2.0 * static_cast<double>(g.rows * g.in) * static_cast<double>(g.out);
+  return {{"rows", g.rows},
+          {"in", g.in},
+          {"out", g.out},
+          {"experts", g.experts},
+          {"routing", routing},
+          {"experts_used", use.used},
+          {"largest_segment", use.largest},
+          {"grouped_ms", grouped_ms},
+          {"dense_ms", dense_ms},
+          {"grouped_gflops", flops / grouped_ms * 1e-6},
+          {"dense_gflops", flops / dense_ms * 1e-6},
+          {"ratio", ratio}};
+}
+
+bool GemmTally::add(const GemmSize& g, const std::string& routing, double ratio, bool ok) {
+  meets += ok ? 1 : 0;
+  ++total;
+  if (!ok) {
+    misses += fmt::format("{}{}x{}x{}x{} {} {:.3f}", misses.empty() ? "" : ", ", g.rows, g.in,
+                          g.out, g.experts, routing, ratio);
+  }
+  return ok;
+}
 
 nlohmann::json moe_header(const dist::MeshDevice& mesh, const MoeBenchOptions& o) {
   const int ep = mesh.axis_size(o.ep_axis), tp = mesh.axis_size(1 - o.ep_axis);
   if (mesh.device_id() == 0) {
     fmt::print(
         "meshtest-bench moe: mesh {} ({} devices): EP on axis {} ({} devices), TP on axis {} "
-        "({}); hidden {}, intermediate {}, {} experts top-{}, T = {} tokens; f32, random "
+        "({}); hidden {}, intermediate {}, {} experts top-{}, T = {} tokens; {}, random "
         "weights (seed {}), contiguous expert placement; {} warm-up + {} measured calls per "
         "figure\n",
         mesh.str(), mesh.size(), o.ep_axis, ep, 1 - o.ep_axis, tp, o.hidden, o.intermediate,
-        o.experts, o.k, o.tokens, o.seed, o.warmup, o.iters);
+        o.experts, o.k, o.tokens, o.device == "cuda" ? o.dtype + " on cuda" : "f32", o.seed,
+        o.warmup, o.iters);
   }
   return {{"bench", "moe"},
           {"mesh", mesh.str()},
@@ -78,7 +113,9 @@ nlohmann::json moe_header(const dist::MeshDevice& mesh, const MoeBenchOptions& o
           {"tokens", o.tokens},
           {"iters", o.iters},
           {"warmup", o.warmup},
-          {"seed", o.seed}};
+          {"seed", o.seed},
+          {"device", o.device},
+          {"dtype", o.device == "cuda" ? o.dtype : "f32"}};
 }
 
 nlohmann::json gemm_table(const MoeBenchOptions& o, Verdicts& v) {
@@ -93,8 +130,7 @@ nlohmann::json gemm_table(const MoeBenchOptions& o, Verdicts& v) {
              "rows", "in", "out", "E", "routing", "used", "largest", "grouped ms", "GFLOP/s",
              "dense ms", "GFLOP/s", "ratio", "target");
   nlohmann::json rows = nlohmann::json::array();
-  int meets = 0, total = 0;
-  std::string misses;
+  GemmTally tally;
   for (const GemmSize& g : o.gemms) {
     const Tensor x =
         random_uniform(Shape{g.rows, g.in}, DType::f32, {.seed = o.seed, .stream = 11}, -1, 1);
@@ -117,42 +153,21 @@ nlohmann::json gemm_table(const MoeBenchOptions& o, Verdicts& v) {
         grouped_s.push_back(static_cast<double>(t1 - t0) * 1e-9);
         dense_s.push_back(static_cast<double>(t2 - t1) * 1e-9);
       }
-      std::int64_t used = 0, largest = 0;
-      for (std::size_t e = 0; e + 1 < offsets.size(); ++e) {
-        used += offsets[e + 1] > offsets[e] ? 1 : 0;
-        largest = std::max(largest, offsets[e + 1] - offsets[e]);
-      }
+      const SegmentUse use = segment_use(offsets);
       const double gs = median(grouped_s), ds = median(dense_s);
       const double ratio = ds / gs;
-      const bool ok = ratio >= kGemmTarget;
-      meets += ok ? 1 : 0;
-      ++total;
-      if (!ok) {
-        misses += fmt::format("{}{}x{}x{}x{} {} {:.3f}", misses.empty() ? "" : ", ", g.rows, g.in,
-                              g.out, g.experts, routing, ratio);
-      }
+      const bool ok = tally.add(g, routing, ratio, ratio >= kGemmTarget);
       fmt::print(
           "{:>6} {:>6} {:>6} {:>4}  {:<10} {:>4} {:>7} {:>10.2f} {:>8.1f} {:>10.2f} {:>8.1f} "
           "{:>6.3f}  {}\n",
-          g.rows, g.in, g.out, g.experts, routing, used, largest, gs * 1e3, flops / gs * 1e-9,
-          ds * 1e3, flops / ds * 1e-9, ratio, ok ? "meets" : "misses");
-      rows.push_back({{"rows", g.rows},
-                      {"in", g.in},
-                      {"out", g.out},
-                      {"experts", g.experts},
-                      {"routing", routing},
-                      {"experts_used", used},
-                      {"largest_segment", largest},
-                      {"grouped_ms", gs * 1e3},
-                      {"dense_ms", ds * 1e3},
-                      {"grouped_gflops", flops / gs * 1e-9},
-                      {"dense_gflops", flops / ds * 1e-9},
-                      {"ratio", ratio}});
+          g.rows, g.in, g.out, g.experts, routing, use.used, use.largest, gs * 1e3,
+          flops / gs * 1e-9, ds * 1e3, flops / ds * 1e-9, ratio, ok ? "meets" : "misses");
+      rows.push_back(gemm_row(g, routing, use, gs * 1e3, ds * 1e3, ratio));
     }
   }
   v.lines.push_back(fmt::format("grouped GEMM >= {} x dense GFLOP/s: meets on {} of {} rows{}{}",
-                                kGemmTarget, meets, total,
-                                misses.empty() ? "" : "; misses: ", misses));
+                                kGemmTarget, tally.meets, tally.total,
+                                tally.misses.empty() ? "" : "; misses: ", tally.misses));
   return rows;
 }
 

@@ -59,6 +59,7 @@ struct Blas::Impl {
   std::shared_ptr<Stream> stream = std::make_shared<Stream>();  // outputs keep it alive
   int device = current_device();
   LtHandle handle;
+  std::unique_ptr<BlasHandle> cublas;  // made by Blas::cublas()
   void* workspace = nullptr;
   std::map<PlanKey, Plan> plans;
 
@@ -153,6 +154,14 @@ Blas& Blas::operator=(Blas&& other) noexcept = default;
 cudaStream_t Blas::stream() const { return stream_for(impl_->stream->get()); }
 std::shared_ptr<const Stream> Blas::shared_stream() const { return impl_->stream; }
 int Blas::device() const { return impl_->device; }
+cublasContext* Blas::cublas() {
+  if (!impl_->cublas) {
+    const DeviceGuard guard(impl_->device);
+    impl_->cublas = std::make_unique<BlasHandle>();
+  }
+  MESHTEST_CUBLAS_CHECK(cublasSetStream(impl_->cublas->get(), stream()));
+  return impl_->cublas->get();
+}
 void Blas::synchronize() const {
   if (capturing_stream() == nullptr) impl_->stream->synchronize();  // a capture keeps one order
 }

@@ -9,6 +9,8 @@
 
 #include "src/core/dtype.hpp"
 
+struct cublasContext;  // cublas_v2.h's handle type (cublasHandle_t)
+
 namespace meshtest::gpu {
 
 class Stream;
@@ -34,6 +36,9 @@ class Blas {
   std::shared_ptr<const Stream> shared_stream() const;
   /// The CUDA ordinal of the device the handle, stream and workspace belong to.
   int device() const;
+  /// A cuBLAS handle (cublasHandle_t) of device() on stream(), made on the first call and kept:
+  /// for the calls cuBLASLt has no counterpart of (the grouped GEMM, experts.hpp).
+  cublasContext* cublas();
   /// Blocks until everything queued on stream() has finished; throws its error if any.
   /// Nothing while this thread captures a gpu::Graph (the capture's one stream keeps the order).
   void synchronize() const;

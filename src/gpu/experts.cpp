@@ -241,17 +241,14 @@ DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouti
       reinterpret_cast<const float*>(y.bytes()), reinterpret_cast<const float*>(mlp2_bias.bytes()),
       reinterpret_cast<const float*>(routing.weights.bytes()),
       reinterpret_cast<float*>(g.weights.bytes()), reinterpret_cast<float*>(dy.bytes()), stream));
-  const BlasHandle handle;
-  MESHTEST_CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
-  GroupedGrads g2 =
-      grouped_backward(handle.get(), stream, a, offsets, perm.offsets, mlp2_weight, dy);
+  cublasHandle_t handle = blas.cublas();  // on blas's stream
+  GroupedGrads g2 = grouped_backward(handle, stream, a, offsets, perm.offsets, mlp2_weight, dy);
   DeviceTensor dh(h.shape(), DType::f32, Tensor::Uninitialized{});
   MESHTEST_CUDA_CHECK(detail::launch_swiglu_backward(
       reinterpret_cast<const float*>(h.bytes()), reinterpret_cast<const float*>(g2.x.bytes()),
       reinterpret_cast<float*>(dh.bytes()), g2.x.numel(), static_cast<float>(p.swiglu_alpha),
       static_cast<float>(p.swiglu_limit), stream));
-  GroupedGrads g1 =
-      grouped_backward(handle.get(), stream, x, offsets, perm.offsets, mlp1_weight, dh);
+  GroupedGrads g1 = grouped_backward(handle, stream, x, offsets, perm.offsets, mlp1_weight, dh);
   Tensor ones(Shape{tokens, routing.k}, DType::f32);
   ones.fill(1.0);
   g.t = unpermute(g1.x, perm, DeviceTensor::from_host(ones), stream);

@@ -21,7 +21,9 @@ namespace meshtest::gpu {
 ///   bias: [G, out] or null  ->  [rows, out], x's dtype
 /// f32 or bf16, products accumulated in f32 with the bias joining the sum before the one
 /// rounding (the CPU op rounds bf16's product and bias sum apart: within the error model).
-/// Throws Error for offsets that do not fit rows and G, shapes, dtypes or devices that disagree.
+/// (cuBLAS's cublasGemmGroupedBatchedEx, one call for every segment, measured 1.2-1.8x slower
+/// than this at gpt-oss-20b's expert GEMMs on an H200: docs/moe.md.) Throws Error for offsets
+/// that do not fit rows and G, shapes, dtypes or devices that disagree.
 DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std::int64_t> offsets,
                           const DeviceTensor& w, const DeviceTensor* bias = nullptr);
 

@@ -1,0 +1,105 @@
+// moe_cuda (bench/moe_tables.hpp): table (a) of meshtest-bench moe on a GPU, gpu::grouped_gemm
+// (one cuBLASLt GEMM per non-empty expert) against one dense cuBLASLt GEMM of the same FLOPs.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "bench/moe_tables.hpp"
+#include "src/core/random.hpp"
+#include "src/gpu/blas.hpp"
+#include "src/gpu/device_tensor.hpp"
+#include "src/gpu/experts.hpp"
+#include "src/gpu/runtime.hpp"
+
+namespace meshtest::bench {
+namespace moe_cuda {
+
+constexpr double kGpuGemmTarget = 1.25;  // the target: grouped time <= 1.25 x dense
+
+/// Milliseconds between two events recorded around `work` on `stream`.
+template <class Work>
+double timed_ms(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, Work&& work) {
+  MESHTEST_CUDA_CHECK(cudaEventRecord(start, stream));
+  work();
+  MESHTEST_CUDA_CHECK(cudaEventRecord(stop, stream));
+  MESHTEST_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  MESHTEST_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace moe_cuda
+
+nlohmann::json gemm_table_cuda(const MoeBenchOptions& o, Verdicts& v) {
+  using moe_cuda::kGpuGemmTarget;
+  const DType dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
+  fmt::print(
+      "\n(a) grouped GEMM on cuda:{} (gpu::grouped_gemm, {}: one cuBLASLt GEMM per expert with "
+      "the "
+      "rows, f32 accumulation) against one dense cuBLASLt GEMM of the same FLOPs "
+      "(C[rows, out] "
+      "= A[rows, in] · B[out, in]ᵀ); CUDA events on the stream, median of {} interleaved calls "
+      "after {} warm-up; TFLOP/s = 2·rows·in·out / time; used = experts with rows; ratio = "
+      "grouped / dense time (target <= {})\n",
+      gpu::current_device(), o.dtype, o.iters, o.warmup, kGpuGemmTarget);
+  fmt::print("{:>6} {:>6} {:>6} {:>4}  {:<10} {:>4} {:>7} {:>10} {:>8} {:>10} {:>8} {:>6}  {}\n",
+             "rows", "in", "out", "E", "routing", "used", "largest", "grouped ms", "TFLOP/s",
+             "dense ms", "TFLOP/s", "ratio", "target");
+  gpu::Blas blas;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  MESHTEST_CUDA_CHECK(cudaEventCreate(&start));
+  MESHTEST_CUDA_CHECK(cudaEventCreate(&stop));
+  nlohmann::json rows = nlohmann::json::array();
+  GemmTally tally;
+  for (const GemmSize& g : o.gemms) {
+    const auto x = gpu::DeviceTensor::from_host(
+        random_uniform(Shape{g.rows, g.in}, dtype, {.seed = o.seed, .stream = 11}, -1, 1));
+    const auto w = gpu::DeviceTensor::from_host(random_uniform(
+        Shape{g.experts, g.out, g.in}, dtype, {.seed = o.seed, .stream = 12}, -1, 1));
+    gpu::DeviceTensor dense(Shape{g.rows, g.out}, dtype);
+    const double flops = 2.0 * static_cast<double>(g.rows * g.in) * static_cast<double>(g.out);
+    for (const std::string routing : {"uniform", "zipf", "all-to-one"}) {
+      const std::vector<std::int64_t> offsets = segment_offsets(routing, g.rows, g.experts);
+      std::vector<double> grouped_ms, dense_ms;
+      for (int it = 0; it < o.warmup + o.iters; ++it) {
+        const double gm = moe_cuda::timed_ms(blas.stream(), start, stop,
+                                             [&] { (void)gpu::grouped_gemm(blas, x, offsets, w); });
+        const double dm = moe_cuda::timed_ms(blas.stream(), start, stop, [&] {
+          blas.gemm_unchecked(dtype, g.rows, g.out, g.in, x.bytes(), w.bytes(), nullptr,
+                              dense.bytes());
+        });
+        if (it < o.warmup) continue;
+        grouped_ms.push_back(gm);
+        dense_ms.push_back(dm);
+      }
+      const SegmentUse use = segment_use(offsets);
+      const double gs = moe_cuda::median(grouped_ms), ds = moe_cuda::median(dense_ms);
+      const double ratio = gs / ds;
+      const bool ok = tally.add(g, routing, ratio, ratio <= kGpuGemmTarget);
+      fmt::print(
+          "{:>6} {:>6} {:>6} {:>4}  {:<10} {:>4} {:>7} {:>10.3f} {:>8.1f} {:>10.3f} {:>8.1f} "
+          "{:>6.3f}  {}\n",
+          g.rows, g.in, g.out, g.experts, routing, use.used, use.largest, gs, flops / gs * 1e-9, ds,
+          flops / ds * 1e-9, ratio, ok ? "meets" : "misses");
+      rows.push_back(gemm_row(g, routing, use, gs, ds, ratio));
+    }
+  }
+  MESHTEST_CUDA_CHECK(cudaEventDestroy(start));
+  MESHTEST_CUDA_CHECK(cudaEventDestroy(stop));
+  v.lines.push_back(
+      fmt::format("grouped GEMM time <= {} x dense ({} on cuda): meets on {} of {} "
+                  "rows{}{}",
+                  kGpuGemmTarget, o.dtype, tally.meets, tally.total,
+                  tally.misses.empty() ? "" : "; misses: ", tally.misses));
+  return rows;
+}
+
+}  // namespace meshtest::bench
