@@ -4,6 +4,7 @@
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "src/gpu/capture.hpp"
 #include "src/gpu/cublas.hpp"
@@ -61,6 +63,26 @@ struct Blas::Impl {
   LtHandle handle;
   std::unique_ptr<BlasHandle> cublas;  // made by Blas::cublas()
   void* workspace = nullptr;
+  // gemm_segments' side streams, each with its workspace and its join event, and the fork event
+  // (made on its first call).
+  static constexpr int kSides = 4;  // 8 measured no better (docs/moe.md)
+  std::vector<Stream> sides;
+  std::vector<void*> side_workspaces;
+  std::vector<cudaEvent_t> joins;
+  cudaEvent_t fork = nullptr;
+
+  void make_sides() {
+    if (!sides.empty()) return;
+    const DeviceGuard guard(device);
+    MESHTEST_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    for (int s = 0; s < kSides; ++s) {
+      sides.emplace_back();
+      side_workspaces.push_back(nullptr);
+      MESHTEST_CUDA_CHECK(cudaMalloc(&side_workspaces.back(), kWorkspaceBytes));
+      joins.push_back(nullptr);
+      MESHTEST_CUDA_CHECK(cudaEventCreateWithFlags(&joins.back(), cudaEventDisableTiming));
+    }
+  }
   std::map<PlanKey, Plan> plans;
 
   Impl() { MESHTEST_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes)); }
@@ -69,6 +91,12 @@ struct Blas::Impl {
     const DeviceGuard guard(device);
     cudaStreamSynchronize(stream->get());  // the workspace may be in use until then
     cudaFree(workspace);
+    for (std::size_t s = 0; s < sides.size(); ++s) {
+      cudaStreamSynchronize(sides[s].get());
+      cudaFree(side_workspaces[s]);
+      cudaEventDestroy(joins[s]);
+    }
+    if (fork != nullptr) cudaEventDestroy(fork);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -210,6 +238,11 @@ void Blas::gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int6
     MESHTEST_CUDA_CHECK(detail::launch_broadcast_rows(ft, bias, y, m, n, stream()));
     return;
   }
+  launch(dtype, m, n, k, x, w, bias, y, stream(), impl_->workspace);
+}
+
+void Blas::launch(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* x,
+                  const void* w, const void* bias, void* y, cudaStream_t on, void* workspace) {
   Plan& p = impl_->plan(dtype, m, n, k, bias, common_alignment({x, w, bias, y}));
   if (bias != nullptr) {
     MESHTEST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -217,8 +250,59 @@ void Blas::gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int6
   }
   const float one = 1.0f, zero = 0.0f;
   MESHTEST_CUBLAS_CHECK(cublasLtMatmul(impl_->handle.get(), p.desc, &one, w, p.a, x, p.b, &zero, y,
-                                       p.d, y, p.d, &p.algo, impl_->workspace, kWorkspaceBytes,
-                                       stream()));
+                                       p.d, y, p.d, &p.algo, workspace, kWorkspaceBytes, on));
+}
+
+void Blas::gemm_segments(DType dtype, std::span<const std::int64_t> offsets, std::int64_t n,
+                         std::int64_t k, const void* x, const void* w, const void* bias, void* y) {
+  const std::size_t es = dtype_size(dtype);
+  const auto* xb = static_cast<const std::byte*>(x);
+  const auto* wb = static_cast<const std::byte*>(w);
+  const auto* bb = static_cast<const std::byte*>(bias);
+  auto* yb = static_cast<std::byte*>(y);
+  const auto groups = static_cast<std::int64_t>(offsets.size()) - 1;
+  std::vector<std::int64_t> order;  // the segments with rows, largest first
+  for (std::int64_t e = 0; e < groups; ++e) {
+    if (offsets[e + 1] > offsets[e]) order.push_back(e);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b];
+  });
+  const auto one = [&](std::int64_t e, cudaStream_t on, void* workspace) {
+    const std::int64_t r0 = offsets[e], m = offsets[e + 1] - offsets[e];
+    if (k == 0) {  // y = bias (or 0), as gemm_unchecked
+      gemm_unchecked(dtype, m, n, k, nullptr, nullptr, bias != nullptr ? bb + e * n * es : nullptr,
+                     yb + r0 * n * es);
+      return;
+    }
+    launch(dtype, m, n, k, xb + r0 * k * es, wb + e * n * k * es,
+           bias != nullptr ? bb + e * n * es : nullptr, yb + r0 * n * es, on, workspace);
+  };
+  MESHTEST_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+                 "gpu gemm: dtype {} is not supported (f32 or bf16)", dtype);
+  if (order.empty() || n == 0) return;
+  const DeviceGuard guard(impl_->device);
+  if (capturing_stream() != nullptr || order.size() == 1 || k == 0) {
+    for (const std::int64_t e : order) one(e, stream(), impl_->workspace);
+    return;
+  }
+  impl_->make_sides();
+  MESHTEST_CUDA_CHECK(cudaEventRecord(impl_->fork, stream()));
+  const int sides = std::min<int>(Impl::kSides, static_cast<int>(order.size()));
+  std::vector<std::int64_t> load(static_cast<std::size_t>(sides), 0);
+  for (int s = 0; s < sides; ++s) {
+    MESHTEST_CUDA_CHECK(cudaStreamWaitEvent(impl_->sides[s].get(), impl_->fork, 0));
+  }
+  for (const std::int64_t e : order) {
+    const auto s =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    one(e, impl_->sides[s].get(), impl_->side_workspaces[s]);
+    load[s] += offsets[e + 1] - offsets[e];
+  }
+  for (int s = 0; s < sides; ++s) {
+    MESHTEST_CUDA_CHECK(cudaEventRecord(impl_->joins[s], impl_->sides[s].get()));
+    MESHTEST_CUDA_CHECK(cudaStreamWaitEvent(stream(), impl_->joins[s], 0));
+  }
 }
 
 }  // namespace meshtest::gpu

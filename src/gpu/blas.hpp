@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "src/core/dtype.hpp"
 
@@ -56,8 +57,22 @@ class Blas {
   /// checked.
   void gemm_unchecked(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* x,
                       const void* w, const void* bias, void* y);
+  /// The grouped GEMM's segments (gpu::grouped_gemm, experts.hpp), unchecked as gemm_unchecked:
+  /// for every segment e with rows (offsets [G + 1] on the host), y[offsets[e] : offsets[e+1]]
+  /// = x[offsets[e] : offsets[e+1]] · w_e[n, k]ᵀ (+ bias_e[n]), where w_e and bias_e are the
+  /// e-th of w [G, n, k] and bias [G, n] (bias may be null), x [rows, k] and y [rows, n]. The
+  /// segments run on up to four side streams of their own (their own workspaces), forked from
+  /// stream() and joined back to it, largest first on the least loaded: small segments fill the
+  /// GPU together as one large GEMM does alone. Each segment's result is one cuBLASLt GEMM's, as
+  /// gemm_unchecked's. While this thread captures a gpu::Graph they run one after the other on
+  /// the capture's stream.
+  void gemm_segments(DType dtype, std::span<const std::int64_t> offsets, std::int64_t n,
+                     std::int64_t k, const void* x, const void* w, const void* bias, void* y);
 
  private:
+  /// One cuBLASLt GEMM (k > 0) on `on` with `workspace` (kWorkspaceBytes).
+  void launch(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, const void* x,
+              const void* w, const void* bias, void* y, cudaStream_t on, void* workspace);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

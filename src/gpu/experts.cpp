@@ -154,15 +154,8 @@ DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std
   perf::OpScope scope("grouped_gemm");
   scope.input(info(x)).input(info(w)).attr("groups", groups).attr("bias", bias != nullptr);
   time_on_stream(scope, blas.stream());
-  const std::size_t es = dtype_size(x.dtype());
-  for (std::int64_t e = 0; e < groups; ++e) {
-    const std::int64_t m = offsets[e + 1] - offsets[e];
-    if (m == 0) continue;
-    blas.gemm_unchecked(x.dtype(), m, out, in, x.bytes() + offsets[e] * in * es,
-                        w.bytes() + e * out * in * es,
-                        bias != nullptr ? bias->bytes() + e * out * es : nullptr,
-                        y.bytes() + offsets[e] * out * es);
-  }
+  blas.gemm_segments(x.dtype(), offsets, out, in, x.bytes(), w.bytes(),
+                     bias != nullptr ? bias->bytes() : nullptr, y.bytes());
   scope.output(info(y)).flops(2.0 * static_cast<double>(rows * in * out));
   return y;
 }

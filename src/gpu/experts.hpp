@@ -16,7 +16,8 @@ namespace meshtest::gpu {
 
 /// grouped_gemm on the GPU, queued on blas.stream(): out[offsets[e] : offsets[e+1]] =
 /// x[offsets[e] : offsets[e+1]] · w[e]ᵀ (+ bias[e]), one cuBLASLt GEMM per non-empty segment on
-/// views of x and out (an empty segment queues nothing).
+/// views of x and out (an empty segment queues nothing), the segments spread over Blas's side
+/// streams and joined back to its stream (Blas::gemm_segments).
 ///   x: [rows, in], offsets: [G + 1] (host) from 0 to rows, non-decreasing, w: [G, out, in],
 ///   bias: [G, out] or null  ->  [rows, out], x's dtype
 /// f32 or bf16, products accumulated in f32 with the bias joining the sum before the one
