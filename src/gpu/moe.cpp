@@ -2,6 +2,7 @@
 #include "src/gpu/moe.hpp"
 
 #include <algorithm>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -91,8 +92,8 @@ void count_experts(std::string_view op, const DeviceRouting& r, std::int64_t num
 
 std::vector<std::int64_t> host_i64(const DeviceTensor& t) {
   const Tensor h = t.to_host();
-  const auto* p = reinterpret_cast<const std::int64_t*>(h.bytes());
-  return {p, p + h.numel()};
+  const std::span<const std::int64_t> v = h.span<std::int64_t>();
+  return {v.begin(), v.end()};
 }
 
 }  // namespace
