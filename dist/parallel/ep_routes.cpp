@@ -77,9 +77,8 @@ std::vector<double> side_lists(const Routing& r, const ExpertPlacement& pl, Rout
 
 std::int64_t side_values(std::int64_t rows, std::int64_t pairs) { return 2 + rows + 2 * pairs; }
 
-Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights& w,
+Routes plan_routes(const MeshDevice& mesh, const Routing& r, const ExpertPlacement& pl, int device,
                    const MoeParams& p, const EpOptions& o) {
-  const ExpertPlacement& pl = w.placement;
   const std::int64_t devices = pl.num_devices, k = r.k;
   // The sender: one row per token and device holding one of its experts.
   std::vector<std::int64_t> keys(static_cast<std::size_t>(r.num_tokens * devices), devices);
@@ -97,7 +96,7 @@ Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights&
   // The receiver: rows by source device, then token (the global token order); their pairs.
   const std::span<const double> in = got.span<double>();
   const auto mine =
-      static_cast<std::int64_t>(pl.experts_of[static_cast<std::size_t>(w.device)].size());
+      static_cast<std::int64_t>(pl.experts_of[static_cast<std::size_t>(device)].size());
   std::vector<std::int64_t> expert_of_pair;  // [N·k]: local expert, `mine` past a row's pairs
   std::vector<double> weights;               // [N·k]: 0 past a row's pairs
   std::int64_t total_tokens = 0;
@@ -184,25 +183,39 @@ Tensor scatter_values(const Tensor& values, std::span<const std::int64_t> to, Sh
   return out;
 }
 
-void check_ep_weights(std::string_view op, const MeshDevice& mesh, const EpMlpWeights& w,
-                      const MoeParams& p, const EpOptions& o, std::int64_t hidden, DType dtype) {
+void check_ep_layout(std::string_view op, const MeshDevice& mesh, const ExpertPlacement& pl,
+                     int device, const MoeParams& p, const EpOptions& o) {
   const TpRank ep = ep_rank(mesh, o);
-  const ExpertPlacement& pl = w.placement;
   check_placement(pl);
   MESHTEST_DIST_CHECK(pl.num_devices == ep.size,
                       "{}: the expert placement is over {} devices, but the EP axis {} of the {} "
                       "mesh has {}",
                       op, pl.num_devices, o.ep_axis, mesh.str(), ep.size);
-  MESHTEST_DIST_CHECK(w.device == ep.index,
+  MESHTEST_DIST_CHECK(device == ep.index,
                       "{}: the weights are those of EP device {}, but this device is {} on the EP "
                       "axis {}",
-                      op, w.device, ep.index, o.ep_axis);
+                      op, device, ep.index, o.ep_axis);
+  MESHTEST_DIST_CHECK(p.experts_per_token >= 1 && p.experts_per_token <= pl.num_experts,
+                      "{}: experts_per_token is {}, expected 1 .. {} (the number of experts)", op,
+                      p.experts_per_token, pl.num_experts);
+  if (o.capacity_factor) {
+    MESHTEST_DIST_CHECK(std::isfinite(*o.capacity_factor) && *o.capacity_factor >= 0,
+                        "{}: capacity factor is {}, expected a finite factor >= 0 (or none)", op,
+                        *o.capacity_factor);
+  }
+  MESHTEST_DIST_CHECK(
+      o.drop_policy == DropPolicy::TokenOrder || o.drop_policy == DropPolicy::LowestWeight,
+      "{}: drop policy {} is neither TokenOrder nor LowestWeight", op,
+      static_cast<int>(o.drop_policy));
+}
+
+void check_ep_weights(std::string_view op, const MeshDevice& mesh, const EpMlpWeights& w,
+                      const MoeParams& p, const EpOptions& o, std::int64_t hidden, DType dtype) {
+  const ExpertPlacement& pl = w.placement;
+  check_ep_layout(op, mesh, pl, w.device, p, o);
   const std::int64_t experts = pl.num_experts;
   const auto local =
       static_cast<std::int64_t>(pl.experts_of[static_cast<std::size_t>(w.device)].size());
-  MESHTEST_DIST_CHECK(p.experts_per_token >= 1 && p.experts_per_token <= experts,
-                      "{}: experts_per_token is {}, expected 1 .. {} (the number of experts)", op,
-                      p.experts_per_token, experts);
   const MlpWeights& m = w.mlp;
   meshtest::detail::check_rank(op, "mlp2_weight ([E_local, hidden, I/tp])", m.mlp2_weight, 3);
   const std::int64_t inter = m.mlp2_weight.shape()[2];
@@ -221,27 +234,17 @@ void check_ep_weights(std::string_view op, const MeshDevice& mesh, const EpMlpWe
       {"mlp1_weight", &m.mlp1_weight}, {"mlp1_bias", &m.mlp1_bias},
       {"mlp2_weight", &m.mlp2_weight}, {"mlp2_bias", &m.mlp2_bias}};
   for (const auto& [name, t] : typed) meshtest::detail::check_dtype(op, name, *t, dtype);
-  if (o.capacity_factor) {
-    MESHTEST_DIST_CHECK(std::isfinite(*o.capacity_factor) && *o.capacity_factor >= 0,
-                        "{}: capacity factor is {}, expected a finite factor >= 0 (or none)", op,
-                        *o.capacity_factor);
-  }
-  MESHTEST_DIST_CHECK(
-      o.drop_policy == DropPolicy::TokenOrder || o.drop_policy == DropPolicy::LowestWeight,
-      "{}: drop policy {} is neither TokenOrder nor LowestWeight", op,
-      static_cast<int>(o.drop_policy));
 }
 
-void check_ep_tokens(std::string_view op, const Tensor& t, const Routing& r,
+void check_ep_tokens(std::string_view op, std::int64_t tokens, DType dtype, const Routing& r,
                      std::int64_t num_experts, const MoeParams& p) {
-  const std::int64_t tokens = t.shape()[0];
   MESHTEST_DIST_CHECK(r.num_tokens == tokens && r.k == p.experts_per_token &&
                           static_cast<std::int64_t>(r.experts.size()) == tokens * r.k,
                       "{}: the routing is for {} tokens x k {} ({} experts listed), expected {} "
                       "tokens x k {} (experts_per_token)",
                       op, r.num_tokens, r.k, r.experts.size(), tokens, p.experts_per_token);
   meshtest::detail::check_shape(op, "routing.weights", r.weights, Shape{tokens, r.k});
-  meshtest::detail::check_dtype(op, "routing.weights", r.weights, t.dtype());
+  meshtest::detail::check_dtype(op, "routing.weights", r.weights, dtype);
   for (std::size_t s = 0; s < r.experts.size(); ++s) {
     MESHTEST_DIST_CHECK(r.experts[s] >= 0 && r.experts[s] < num_experts,
                         "{}: the routing sends token {} to expert {}, expected [0, {})", op,

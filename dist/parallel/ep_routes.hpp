@@ -1,8 +1,8 @@
 // ep_routes: the pieces shared by the expert-parallel forward and backward (internal to
-// dist/parallel): where every token row goes (once per EP device holding one of its experts,
-// with that device's (local expert, routing weight) pairs in a side list), the receiver's
-// grouping of the pairs by expert with the capacity, the local experts' forward on the pairs,
-// and row helpers.
+// dist/parallel and its GPU twin, dist/gpu/parallel/ep_moe): where every token row goes (once per
+// EP device holding one of its experts, with that device's (local expert, routing weight) pairs in
+// a side list), the receiver's grouping of the pairs by expert with the capacity, the local
+// experts' forward on the pairs, and row helpers.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +46,10 @@ struct Routes {
 /// their c routing weights — integers and f32/bf16/f64 weights are exact in f64), then, with a
 /// capacity, apply_capacity on the receiver's pairs (expert_capacity of the EP group's tokens)
 /// and an all_reduce of the dropped count. Arguments checked by the caller.
-Routes plan_routes(const MeshDevice& mesh, const Routing& r, const EpMlpWeights& w,
-                   const MoeParams& p, const EpOptions& o);
+/// `placement` and `device` (this device's index on the EP axis) are the weights' (EpMlpWeights
+/// on the host, or their copy on a GPU rank: dist/gpu/parallel/ep_moe.hpp).
+Routes plan_routes(const MeshDevice& mesh, const Routing& r, const ExpertPlacement& placement,
+                   int device, const MoeParams& p, const EpOptions& o);
 
 /// Side values (f64) a device sends to one device for `rows` rows of `pairs` pairs in all:
 /// 2 + rows + 2 · pairs (the bench counts its bytes with this).
@@ -77,14 +79,18 @@ Tensor gather_slots(const Tensor& values, const Permutation& p);
 ///   values: to.size() elements  ->  [shape] of values' dtype
 Tensor scatter_values(const Tensor& values, std::span<const std::int64_t> to, Shape shape);
 
-/// Throws Error (locally; the caller agrees it over the mesh) unless `w` fits this mesh (the
-/// placement complete and over the EP axis, the weights of this EP device), tokens of `hidden`
-/// and `dtype`, and `p` (k in [1, E]), and o's capacity factor is finite and >= 0.
+/// Throws Error (locally; the caller agrees it over the mesh) unless the placement is complete
+/// and over the EP axis of this mesh, `device` is this device's EP index, `p`'s k is in [1, E],
+/// o's capacity factor is finite and >= 0 and its drop policy one of the two.
+void check_ep_layout(std::string_view op, const MeshDevice& mesh, const ExpertPlacement& placement,
+                     int device, const MoeParams& p, const EpOptions& o);
+/// check_ep_layout, and `w`'s tensors of the shapes of its experts for tokens of `hidden` and
+/// `dtype`.
 void check_ep_weights(std::string_view op, const MeshDevice& mesh, const EpMlpWeights& w,
                       const MoeParams& p, const EpOptions& o, std::int64_t hidden, DType dtype);
-/// Throws Error unless the routing r fits the tokens t [T, hidden] (T tokens, k =
-/// p.experts_per_token, weights [T, k] of t's dtype, expert ids in [0, num_experts)).
-void check_ep_tokens(std::string_view op, const Tensor& t, const Routing& r,
+/// Throws Error unless the routing r fits `tokens` tokens of `dtype` (k = p.experts_per_token,
+/// weights [T, k] of that dtype, expert ids in [0, num_experts)).
+void check_ep_tokens(std::string_view op, std::int64_t tokens, DType dtype, const Routing& r,
                      std::int64_t num_experts, const MoeParams& p);
 
 }  // namespace meshtest::dist::ep_detail

@@ -34,7 +34,7 @@ void check_tokens_rank(std::string_view op, const Tensor& x) {
 // The routed experts on checked inputs.
 EpMoeResult moe_unchecked(const MeshDevice& mesh, const Tensor& t, const Routing& r,
                           const EpMlpWeights& w, const MoeParams& p, const EpOptions& o) {
-  const ep_detail::Routes routes = ep_detail::plan_routes(mesh, r, w, p, o);
+  const ep_detail::Routes routes = ep_detail::plan_routes(mesh, r, w.placement, w.device, p, o);
   const Tensor rows =
       all_to_all_v(mesh, permute(t, routes.send), routes.send_counts, {.axis = o.ep_axis});
   const Tensor y =
@@ -127,7 +127,7 @@ EpMoeResult ep_moe(const MeshDevice& mesh, const Tensor& t, const Routing& r, co
   check_and_agree(mesh.comm(), op, [&] {
     check_tokens_rank(op, t);
     check_ep_weights(op, mesh, w, p, o, t.shape()[1], t.dtype());
-    check_ep_tokens(op, t, r, w.placement.num_experts, p);
+    check_ep_tokens(op, t.shape()[0], t.dtype(), r, w.placement.num_experts, p);
   });
   EpMoeResult result = moe_unchecked(mesh, t, r, w, p, o);
   scope.input(t).output(result.out).attr("k", r.k);

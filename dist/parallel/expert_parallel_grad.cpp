@@ -54,13 +54,13 @@ MoeGrads ep_moe_backward(const MeshDevice& mesh, const Tensor& t, const Routing&
     MESHTEST_DIST_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
                         "{}: dtype {} is not supported (expected f32 or f64)", op, t.dtype());
     ep_detail::check_ep_weights(op, mesh, w, p, o, t.shape()[1], t.dtype());
-    ep_detail::check_ep_tokens(op, t, r, w.placement.num_experts, p);
+    ep_detail::check_ep_tokens(op, t.shape()[0], t.dtype(), r, w.placement.num_experts, p);
     MESHTEST_DIST_CHECK(grad_out.shape() == t.shape() && grad_out.dtype() == t.dtype(),
                         "{}: grad_out is {}, expected {}[{}] (as t)", op, describe(grad_out),
                         t.dtype(), t.shape());
   });
   const std::int64_t hidden = t.shape()[1], k = r.k;
-  const ep_detail::Routes routes = ep_detail::plan_routes(mesh, r, w, p, o);
+  const ep_detail::Routes routes = ep_detail::plan_routes(mesh, r, w.placement, w.device, p, o);
   // Out: each row's token and its grad_out side by side, once per device.
   const Tensor sent = concat({permute(t, routes.send), permute(grad_out, routes.send)}, 1);
   const Tensor rows = all_to_all_v(mesh, sent, routes.send_counts, {.axis = o.ep_axis});

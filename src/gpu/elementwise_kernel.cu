@@ -1,4 +1,5 @@
-// elementwise_kernel: gpt-oss SwiGLU and the row broadcast of a bias, f32 and bf16 (as bits).
+// elementwise_kernel: gpt-oss SwiGLU, RMSNorm and the row broadcast of a bias, f32 and bf16 (as
+// bits).
 #include "src/gpu/elementwise_kernel.hpp"
 
 #include "src/gpu/bf16_device.cuh"
@@ -75,6 +76,33 @@ __global__ void swiglu_backward_kernel(const float* x, const float* grad_out, fl
   }
 }
 
+// One block per row (grid-strided): the threads' partial sums of squares, a tree in shared
+// memory, then the scaled row.
+template <class S>
+__global__ void rms_norm_kernel(const S* x, const float* scale, S* y, std::int64_t rows,
+                                std::int64_t h, float eps) {
+  __shared__ float part[kThreads];
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const S* xr = x + row * h;
+    float sum = 0;
+    for (std::int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      const float v = load(xr, c);
+      sum += v * v;
+    }
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int width = kThreads / 2; width > 0; width /= 2) {
+      if (static_cast<int>(threadIdx.x) < width) part[threadIdx.x] += part[threadIdx.x + width];
+      __syncthreads();
+    }
+    const float inv = 1.0f / sqrtf(part[0] / static_cast<float>(h) + eps);
+    __syncthreads();  // every thread has read part[0] before the next row writes it
+    for (std::int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      store(y + row * h, c, (load(xr, c) * inv) * scale[c]);
+    }
+  }
+}
+
 unsigned blocks_for(std::int64_t n) {
   const std::int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
@@ -102,6 +130,20 @@ cudaError_t launch_swiglu_backward(const float* x, const float* grad_out, float*
   if (n == 0) return cudaSuccess;
   swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, grad_out, grad_x, n, alpha,
                                                                  limit);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(Float t, const void* x, const float* scale, void* y, std::int64_t rows,
+                            std::int64_t h, float eps, cudaStream_t stream) {
+  if (rows * h == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
+  if (t == Float::bf16) {
+    rms_norm_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const std::uint16_t*>(x), scale,
+                                                     static_cast<std::uint16_t*>(y), rows, h, eps);
+  } else {
+    rms_norm_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x), scale,
+                                                     static_cast<float*>(y), rows, h, eps);
+  }
   return cudaGetLastError();
 }
 

@@ -28,6 +28,13 @@ cudaError_t launch_swiglu(Float t, const void* x, void* y, std::int64_t rows, st
 cudaError_t launch_swiglu_backward(const float* x, const float* grad_out, float* grad_x,
                                    std::int64_t n, float alpha, float limit, cudaStream_t stream);
 
+/// Queues the CPU rms_norm (src/ops/rms_norm.cpp) of each row r < rows of x [rows, h]:
+///   y[r, c] = r(x[r, c] · inv) · scale[c] rounded once to the stored type, inv = 1 / sqrt(
+///   Σ_c x[r, c]² / h + eps) in f32; the sum of squares is a tree over one block's threads (not
+///   the host's order: within the error model). scale: [h] f32. Returns the launch's error.
+cudaError_t launch_rms_norm(Float t, const void* x, const float* scale, void* y, std::int64_t rows,
+                            std::int64_t h, float eps, cudaStream_t stream);
+
 /// Queues y[r, j] = bias[j] (or 0 when bias is null) for r < rows, j < cols on `stream`.
 cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64_t rows,
                                   std::int64_t cols, cudaStream_t stream);

@@ -35,7 +35,7 @@ void check_offsets(std::string_view op, std::span<const std::int64_t> offsets, s
 
 void check_expert_weights(std::string_view op, const Blas& blas, const DeviceTensor& t,
                           const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
-                          const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias) {
+                          const DeviceTensor& mlp2_weight, const DeviceTensor* mlp2_bias) {
   MESHTEST_CHECK(t.rank() == 2, "{}: t is {}, expected [T, hidden]", op, describe(t));
   MESHTEST_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16,
                  "{}: t is {}: f32 or bf16 expected", op, describe(t));
@@ -49,12 +49,13 @@ void check_expert_weights(std::string_view op, const Blas& blas, const DeviceTen
   MESHTEST_CHECK(mlp2_weight.shape() == (Shape{e, hidden, two_i / 2}),
                  "{}: mlp2_weight is {}, expected [{}, {}, {}]", op, describe(mlp2_weight), e,
                  hidden, two_i / 2);
-  MESHTEST_CHECK(mlp2_bias.shape() == (Shape{e, hidden}), "{}: mlp2_bias is {}, expected [{}, {}]",
-                 op, describe(mlp2_bias), e, hidden);
+  MESHTEST_CHECK(mlp2_bias == nullptr || mlp2_bias->shape() == (Shape{e, hidden}),
+                 "{}: mlp2_bias is {}, expected [{}, {}]", op, describe(*mlp2_bias), e, hidden);
   for (const auto& [name, w] : {std::pair{"mlp1_weight", &mlp1_weight},
                                 {"mlp1_bias", &mlp1_bias},
                                 {"mlp2_weight", &mlp2_weight},
-                                {"mlp2_bias", &mlp2_bias}}) {
+                                {"mlp2_bias", mlp2_bias}}) {
+    if (w == nullptr) continue;
     check_dtype(op, name, *w, t.dtype());
     check_on_device(op, name, *w, blas.device());
   }
@@ -165,7 +166,7 @@ DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouti
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
                             const MoeParams& p) {
   constexpr std::string_view op = "gpu experts";
-  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias);
+  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, &mlp2_bias);
   MESHTEST_CHECK(routing.num_tokens == t.shape()[0] && routing.weights.dtype() == t.dtype(),
                  "{}: the routing is for {} tokens of {}, but t is {}", op, routing.num_tokens,
                  routing.weights.dtype(), describe(t));
@@ -186,7 +187,7 @@ DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate
                      const DeviceTensor& mlp1_bias, const DeviceTensor& mlp2_weight,
                      const DeviceTensor& mlp2_bias, const MoeParams& p) {
   constexpr std::string_view op = "gpu experts";
-  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias);
+  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, &mlp2_bias);
   MESHTEST_CHECK(gate_weight.shape() == (Shape{mlp1_weight.shape()[0], t.shape()[1]}),
                  "{}: gate_weight is {}, expected [{}, {}]", op, describe(gate_weight),
                  mlp1_weight.shape()[0], t.shape()[1]);
@@ -200,7 +201,7 @@ DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouti
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
                             const DeviceTensor& grad_out, const MoeParams& p) {
   constexpr std::string_view op = "gpu moe_backward";
-  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias);
+  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, &mlp2_bias);
   MESHTEST_CHECK(t.dtype() == DType::f32, "{}: t is {}: f32 expected", op, describe(t));
   const std::int64_t tokens = t.shape()[0], hidden = t.shape()[1];
   MESHTEST_CHECK(grad_out.shape() == t.shape(), "{}: grad_out is {}, expected [{}, {}]", op,
@@ -218,22 +219,55 @@ DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouti
   const std::span<const std::int64_t> offsets = grouped.offsets();
   perf::OpScope scope("moe_backward");
   scope.input(info(t)).input(info(grad_out)).attr("k", routing.k);
-  // The forward again on the rows grouped by expert: h = W1 x + b1, a = swiglu(h), y = W2 a.
   const DeviceTensor x = permute(t, perm, stream);
+  const DeviceTensor grad_rows = permute(grad_out, perm, stream);
+  DeviceMoeGrads g = grouped_experts_backward(blas, x, grad_rows, perm, offsets, routing.weights,
+                                              mlp1_weight, mlp1_bias, mlp2_weight, &mlp2_bias, p);
+  Tensor ones(Shape{tokens, routing.k}, DType::f32);
+  ones.fill(1.0);
+  g.t = unpermute(g.t, perm, DeviceTensor::from_host(ones), stream);
+  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch above is freed
+  scope.output(info(g.t));
+  return g;
+}
+
+DeviceMoeGrads grouped_experts_backward(
+    Blas& blas, const DeviceTensor& x, const DeviceTensor& grad_rows, const DevicePermutation& perm,
+    std::span<const std::int64_t> offsets, const DeviceTensor& weights,
+    const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias, const DeviceTensor& mlp2_weight,
+    const DeviceTensor* mlp2_bias, const MoeParams& p) {
+  constexpr std::string_view op = "gpu grouped_experts_backward";
+  check_expert_weights(op, blas, x, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias);
+  const std::int64_t rows = perm.rows(), hidden = mlp2_weight.shape()[1];
+  const std::int64_t experts_n = mlp1_weight.shape()[0];
+  MESHTEST_CHECK(x.shape() == (Shape{rows, hidden}) && grad_rows.shape() == x.shape(),
+                 "{}: x is {} and grad_rows {}, expected [{}, {}] (the permutation's rows)", op,
+                 describe(x), describe(grad_rows), rows, hidden);
+  check_dtype(op, "x", x, DType::f32);
+  check_dtype(op, "grad_rows", grad_rows, DType::f32);
+  MESHTEST_CHECK(weights.shape() == (Shape{perm.num_tokens, perm.k}) &&
+                     weights.dtype() == DType::f32 && perm.num_experts == experts_n,
+                 "{}: weights are {} for a permutation of {} tokens x k {} over {} experts, "
+                 "expected f32 [{}, {}] and {} experts (the weights')",
+                 op, describe(weights), perm.num_tokens, perm.k, perm.num_experts, perm.num_tokens,
+                 perm.k, experts_n);
+  check_offsets(op, offsets, experts_n, rows);
+  cudaStream_t stream = blas.stream();
+  // The forward again on the rows grouped by expert: h = W1 x + b1, a = swiglu(h), y = W2 a.
   const DeviceTensor h = grouped_gemm(blas, x, offsets, mlp1_weight, &mlp1_bias);
   const DeviceTensor a = swiglu(h, stream, p.swiglu_alpha, p.swiglu_limit);
   const DeviceTensor y = grouped_gemm(blas, a, offsets, mlp2_weight);
-  const DeviceTensor grad_rows = permute(grad_out, perm, stream);
   DeviceMoeGrads g;
-  g.weights = DeviceTensor(routing.weights.shape(), DType::f32);  // zero where a slot has no row
+  g.weights = DeviceTensor(weights.shape(), DType::f32);  // zero where a slot has no row
   DeviceTensor dy(y.shape(), DType::f32, Tensor::Uninitialized{});
   const auto* offsets_dev = reinterpret_cast<const std::int64_t*>(perm.offsets.bytes());
   MESHTEST_CUDA_CHECK(detail::launch_slot_terms(
-      reinterpret_cast<const std::int64_t*>(perm.slots.bytes()), offsets_dev, experts_n,
-      perm.rows(), hidden, reinterpret_cast<const float*>(grad_rows.bytes()),
-      reinterpret_cast<const float*>(y.bytes()), reinterpret_cast<const float*>(mlp2_bias.bytes()),
-      reinterpret_cast<const float*>(routing.weights.bytes()),
-      reinterpret_cast<float*>(g.weights.bytes()), reinterpret_cast<float*>(dy.bytes()), stream));
+      reinterpret_cast<const std::int64_t*>(perm.slots.bytes()), offsets_dev, experts_n, rows,
+      hidden, reinterpret_cast<const float*>(grad_rows.bytes()),
+      reinterpret_cast<const float*>(y.bytes()),
+      mlp2_bias != nullptr ? reinterpret_cast<const float*>(mlp2_bias->bytes()) : nullptr,
+      reinterpret_cast<const float*>(weights.bytes()), reinterpret_cast<float*>(g.weights.bytes()),
+      reinterpret_cast<float*>(dy.bytes()), stream));
   cublasHandle_t handle = blas.cublas();  // on blas's stream
   GroupedGrads g2 = grouped_backward(handle, stream, a, offsets, perm.offsets, mlp2_weight, dy);
   DeviceTensor dh(h.shape(), DType::f32, Tensor::Uninitialized{});
@@ -242,15 +276,12 @@ DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouti
       reinterpret_cast<float*>(dh.bytes()), g2.x.numel(), static_cast<float>(p.swiglu_alpha),
       static_cast<float>(p.swiglu_limit), stream));
   GroupedGrads g1 = grouped_backward(handle, stream, x, offsets, perm.offsets, mlp1_weight, dh);
-  Tensor ones(Shape{tokens, routing.k}, DType::f32);
-  ones.fill(1.0);
-  g.t = unpermute(g1.x, perm, DeviceTensor::from_host(ones), stream);
+  // The scratch (h, a, y, dy, dh, g2.x) is cudaMalloc'd: its cudaFree waits for the device.
+  g.t = std::move(g1.x);
   g.mlp1_weight = std::move(g1.w);
   g.mlp1_bias = std::move(g1.bias);
   g.mlp2_weight = std::move(g2.w);
   g.mlp2_bias = std::move(g2.bias);
-  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch above is freed
-  scope.output(info(g.t));
   return g;
 }
 

@@ -75,6 +75,25 @@ DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouti
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
                             const DeviceTensor& grad_out, const MoeParams& p = {});
 
+/// The experts' part of moe_backward on rows already grouped by expert: what moe_backward runs
+/// after make_permutation and permute, and what an expert-parallel receiver runs on the rows it
+/// was sent. f32, queued on blas.stream(). Row i is the token of slot perm.slots[i]; the forward
+/// again (h = W1 x + b1, a = swiglu(h), y = W2 a), the per-row terms (dy = w · grad_row, the
+/// weight's grad = grad_row · (y + b2)), the grouped GEMMs' backward and swiglu's.
+///   x, grad_rows: [rows, hidden] (each row's token and its grad_out), offsets: perm.offsets on
+///   the host, weights: [T, k] by slot, mlp1_weight [G, 2I, hidden], mlp1_bias [G, 2I],
+///   mlp2_weight [G, hidden, I], mlp2_bias [G, hidden] or null (zero: where a partial sum
+///   leaves the bias to another device)
+/// -> DeviceMoeGrads with t: [rows, hidden], each row's grad apart (unpermute with unit
+///   weights sums a token's), weights: [T, k] (zero where a slot has no row), and the weight
+///   grads [G, ...]. Not synchronized: the caller keeps the inputs alive until the stream is.
+///   Throws Error for shapes or dtypes that disagree.
+DeviceMoeGrads grouped_experts_backward(
+    Blas& blas, const DeviceTensor& x, const DeviceTensor& grad_rows, const DevicePermutation& perm,
+    std::span<const std::int64_t> offsets, const DeviceTensor& weights,
+    const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias, const DeviceTensor& mlp2_weight,
+    const DeviceTensor* mlp2_bias, const MoeParams& p = {});
+
 /// mxfp4_decode (src/ops/mxfp4.hpp) on the GPU, queued on `stream`: the checkpoint's expert
 /// weights (blocks u8 [..., nblocks, 16], scales u8 [..., nblocks]) decoded to `out` (bf16, f16,
 /// f32 or f64) [..., nblocks * 32], the CPU op's bits (exact unless a scale overflows the type:

@@ -90,6 +90,10 @@ void count_experts(std::string_view op, const DeviceRouting& r, std::int64_t num
                           s / r.k, s % r.k, e, num_experts));
 }
 
+/// make_permutation's work, its errors named by `op`.
+DevicePermutation group_slots(std::string_view op, const DeviceRouting& r, std::int64_t num_experts,
+                              cudaStream_t stream);
+
 std::vector<std::int64_t> host_i64(const DeviceTensor& t) {
   const Tensor h = t.to_host();
   const std::span<const std::int64_t> v = h.span<std::int64_t>();
@@ -196,7 +200,13 @@ Permutation DevicePermutation::to_host() const {
 
 DevicePermutation make_permutation(const DeviceRouting& r, std::int64_t num_experts,
                                    cudaStream_t stream) {
-  constexpr std::string_view op = "gpu make_permutation";
+  return group_slots("gpu make_permutation", r, num_experts, stream);
+}
+
+namespace {
+
+DevicePermutation group_slots(std::string_view op, const DeviceRouting& r, std::int64_t num_experts,
+                              cudaStream_t stream) {
   const DeviceGuard guard(r.experts.empty() ? current_device() : r.experts.device());
   DeviceTensor counts(Shape{std::max<std::int64_t>(num_experts, 0)}, DType::i64);
   perf::OpScope scope("make_permutation");
@@ -218,6 +228,35 @@ DevicePermutation make_permutation(const DeviceRouting& r, std::int64_t num_expe
       reinterpret_cast<std::int64_t*>(p.slots.bytes()),
       reinterpret_cast<std::int64_t*>(p.row_of_slot.bytes()), stream));
   return p;
+}
+
+}  // namespace
+
+DevicePermutation permute_top1(const DeviceTensor& expert_of, std::int64_t num_experts,
+                               cudaStream_t stream) {
+  MESHTEST_CHECK(expert_of.rank() == 1 && expert_of.dtype() == DType::i64,
+                 "gpu permute_top1: expert_of is {}, expected i64 [T]", describe(expert_of));
+  const std::int64_t tokens = expert_of.shape()[0];
+  DeviceRouting r{.num_tokens = tokens, .k = 1, .experts = {}, .weights = {}};
+  r.experts = expert_of.reshape(Shape{tokens, 1});
+  return group_slots("gpu permute_top1", r, num_experts, stream);
+}
+
+DevicePermutation to_device(const Permutation& p) {
+  std::vector<std::int64_t> row_of_slot(static_cast<std::size_t>(p.num_tokens * p.k), -1);
+  for (std::size_t i = 0; i < p.slots.size(); ++i) {
+    row_of_slot[static_cast<std::size_t>(p.slots[i])] = static_cast<std::int64_t>(i);
+  }
+  const auto upload = [](const std::vector<std::int64_t>& v) {
+    return DeviceTensor::from_host(
+        Tensor::from_vector(Shape{static_cast<std::int64_t>(v.size())}, v));
+  };
+  return {.num_tokens = p.num_tokens,
+          .k = p.k,
+          .num_experts = p.num_experts,
+          .slots = upload(p.slots),
+          .offsets = upload(p.offsets),
+          .row_of_slot = upload(row_of_slot)};
 }
 
 std::int64_t apply_capacity(DevicePermutation& p, std::int64_t capacity, cudaStream_t stream,

@@ -71,6 +71,18 @@ struct DevicePermutation {
 DevicePermutation make_permutation(const DeviceRouting& r, std::int64_t num_experts,
                                    cudaStream_t stream);
 
+/// permute_top1 (v1, one expert per token) on the GPU: the tokens grouped by expert_of (i64
+/// [T]), ascending within one; the CPU op's slots and offsets (a v1 permutation is v2's with
+/// k = 1). Throws Error for an expert id outside [0, num_experts) (named with its token; the
+/// stream is synchronized to see it) or expert_of not an i64 [T].
+DevicePermutation permute_top1(const DeviceTensor& expert_of, std::int64_t num_experts,
+                               cudaStream_t stream);
+
+/// A host permutation (a routing grouped on the host, e.g. expert parallelism's routes) on the
+/// current device: its slots, offsets and the row of every slot (-1 for a dropped one), for
+/// permute and unpermute here. Complete when it returns.
+DevicePermutation to_device(const Permutation& p);
+
 /// apply_capacity (src/ops/moe/permute.hpp) on the GPU: drops from every expert of p the slots
 /// over `capacity` by `policy` (LowestWeight reads weights [T, k], f32, f64 or bf16: the
 /// `capacity` slots of largest weight stay, equal weights by lower slot); the kept slots stay in

@@ -358,7 +358,7 @@ __global__ void slot_terms_kernel(const std::int64_t* slots, const std::int64_t*
     float dot = 0;
     for (std::int64_t c = 0; c < h; ++c) {
       const float g = grad_rows[i * h + c];
-      dot += g * (y[i * h + c] + mlp2_bias[e * h + c]);
+      dot += g * (y[i * h + c] + (mlp2_bias != nullptr ? mlp2_bias[e * h + c] : 0.0f));
       dy[i * h + c] = w * g;
     }
     grad_weights[s] = dot;

@@ -93,7 +93,8 @@ cudaError_t launch_find_nan(RouterFloat t, const void* values, std::int64_t n,
 
 /// Queues the MoE backward's per-slot terms (f32) for the rows i < rows of a permutation (slots,
 /// offsets [experts + 1]), from grad_rows [rows, h] (grad_out of each row's token), y [rows, h]
-/// (the expert outputs without bias), mlp2_bias [experts, h] and the routing weights [T k]:
+/// (the expert outputs without bias), mlp2_bias [experts, h] (null: zero) and the routing
+/// weights [T k]:
 ///   grad_weights[slots[i]] = Σ_c grad_rows[i, c] (y[i, c] + b2[e, c])   (c ascending),
 ///   dy[i, c] = weights[slots[i]] · grad_rows[i, c].   Returns the launch's error.
 cudaError_t launch_slot_terms(const std::int64_t* slots, const std::int64_t* offsets,

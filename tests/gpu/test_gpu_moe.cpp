@@ -1,5 +1,6 @@
-// The MoE router, its load statistics, the token permutation, the grouped GEMM and the experts
-// op on one GPU (src/gpu/moe.hpp, experts.hpp) against the CPU ops on the same inputs: the chosen
+// The MoE router, its load statistics, the token permutation (v1, v2, and a host permutation
+// brought to the GPU), the grouped GEMM, the experts op and the router's RMSNorm on one GPU
+// (src/gpu/moe.hpp, experts.hpp, rms_norm.hpp) against the CPU ops on the same inputs: the chosen
 // experts, the counts, the permutation, the permuted rows and the unpermuted sums bit for bit;
 // the weights, the probabilities, the auxiliary loss, the grouped GEMM and the experts under the
 // error model (docs/tolerances.md), f32, f64 and bf16 (bf16 also against f32); the CPU tests'
@@ -26,6 +27,7 @@
 #include "src/gpu/experts.hpp"
 #include "src/gpu/linear.hpp"
 #include "src/gpu/moe.hpp"
+#include "src/gpu/rms_norm.hpp"
 #include "src/ops/linear.hpp"
 #include "src/ops/moe/balance.hpp"
 #include "src/ops/moe/experts.hpp"
@@ -35,12 +37,15 @@
 #include "src/ops/moe/permute.hpp"
 #include "src/ops/moe/steps.hpp"
 #include "src/ops/mxfp4.hpp"
+#include "src/ops/rms_norm.hpp"
 #include "tests/support/expect_error.hpp"
+#include "tests/support/routing_flips.hpp"
 
 namespace meshtest::gpu {
 namespace {
 
 using test_support::expect_error;
+using test_support::unexplained_flips;
 
 constexpr DType kFloats[] = {DType::f32, DType::f64, DType::bf16};
 constexpr GatingOrder kOrders[] = {GatingOrder::TopKThenSoftmax, GatingOrder::SoftmaxThenTopK};
@@ -190,6 +195,90 @@ TEST(GpuPermutation, SlotsRowsAndSumsAreTheCpusBits) {
   }
 }
 
+TEST(GpuPermutation, TopOneAndHostPermutationsAreTheCpusBits) {
+  // v1: one expert per token, every expert id of 0..E-1 (expert 2 of 5 left empty).
+  for (const std::int64_t tokens : {0, 1, 29, 500}) {
+    SCOPED_TRACE(fmt::format("T={}", tokens));
+    std::vector<std::int64_t> expert_of(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int64_t e = (t * 7 + t / 3) % 5;
+      expert_of[static_cast<std::size_t>(t)] = e == 2 ? 4 : e;
+    }
+    const Permutation want = meshtest::permute_top1(expert_of, 5);
+    const DevicePermutation got = gpu::permute_top1(
+        DeviceTensor::from_host(Tensor::from_vector(Shape{tokens}, expert_of)), 5, kStream);
+    const Permutation back = got.to_host();
+    EXPECT_EQ(back.slots, want.slots);
+    EXPECT_EQ(back.offsets, want.offsets);
+    const Tensor x = random_normal({tokens, 7}, DType::bf16, {.seed = 31});
+    EXPECT_TRUE(gpu::permute(DeviceTensor::from_host(x), got, kStream)
+                    .to_host()
+                    .bitwise_equal(permute(x, want)));
+  }
+  expect_error(
+      [&] {
+        (void)gpu::permute_top1(DeviceTensor::from_host(Tensor::from_vector(
+                                    Shape{3}, std::vector<std::int64_t>{0, 5, 1})),
+                                5, kStream);
+      },
+      {"gpu permute_top1: token 1 (slot 0) is routed to expert 5, expected [0, 5)"});
+  expect_error([&] { (void)gpu::permute_top1(DeviceTensor(Shape{3}, DType::i32), 5, kStream); },
+               {"gpu permute_top1: expert_of is", "expected i64 [T]"});
+  // A host permutation with dropped slots (the capacity on the host) on the GPU: the rows and
+  // sums of the CPU's.
+  const Routing r = gate(logits_of(40, 6, DType::f32, 32), 2);
+  Permutation host = make_permutation(r, 6);
+  Tensor w = r.weights;
+  meshtest::apply_capacity(host, 9, DropPolicy::LowestWeight, &w);
+  ASSERT_FALSE(host.dropped.empty());
+  const DevicePermutation dp = gpu::to_device(host);
+  const Permutation back = dp.to_host();
+  EXPECT_EQ(back.slots, host.slots);
+  EXPECT_EQ(back.offsets, host.offsets);
+  EXPECT_EQ(back.dropped, host.dropped);
+  const Tensor y = random_normal({host.rows(), 11}, DType::f32, {.seed = 33});
+  EXPECT_TRUE(gpu::unpermute(DeviceTensor::from_host(y), dp, DeviceTensor::from_host(w), kStream)
+                  .to_host()
+                  .bitwise_equal(unpermute(y, host, w)));
+}
+
+TEST(GpuRmsNorm, WithinTheModelOfTheCpuOpAndBf16TracksF32) {
+  for (const auto& [rows, hidden] : std::vector<std::array<std::int64_t, 2>>{
+           {1, 16}, {37, 2880}, {5, 700}, {0, 64}, {300, 24}}) {
+    SCOPED_TRACE(fmt::format("[{}, {}]", rows, hidden));
+    const Tensor x = random_normal({rows, hidden}, DType::f32, {.seed = 40}, 0.5, 3.0);
+    const Tensor scale = random_normal({hidden}, DType::f32, {.seed = 41});
+    const Tensor want = rms_norm(x, scale, 1e-5);
+    const Tensor got =
+        gpu::rms_norm(DeviceTensor::from_host(x), DeviceTensor::from_host(scale), kStream, 1e-5)
+            .to_host();
+    // The sum of squares over hidden, its root and the two products: f32 in another order.
+    const ErrorModel m{.dtype = DType::f32, .terms = hidden + 3};
+    const Comparison c = compare(want, got, m);
+    EXPECT_TRUE(c.passed) << c;
+    // bf16 against the f32 op on the same (bf16) values: rounded once at the end.
+    const Tensor xb = x.astype(DType::bf16), sb = scale.astype(DType::bf16);
+    const Tensor gb =
+        gpu::rms_norm(DeviceTensor::from_host(xb), DeviceTensor::from_host(sb), kStream, 1e-5)
+            .to_host();
+    const Tensor wb = rms_norm(xb.astype(DType::f32), sb.astype(DType::f32), 1e-5);
+    const ErrorModel mb{.dtype = DType::bf16, .terms = hidden + 3, .roundings = 1};
+    const Comparison cb = compare(wb, gb, mb);
+    EXPECT_TRUE(cb.passed) << cb;
+  }
+  const DeviceTensor x(Shape{2, 8}, DType::f32);
+  expect_error([&] { (void)gpu::rms_norm(x, DeviceTensor(Shape{7}, DType::f32), kStream); },
+               {"gpu rms_norm: scale is", "expected f32 or bf16 [8]"});
+  expect_error([&] { (void)gpu::rms_norm(x, DeviceTensor(Shape{8}, DType::f32), kStream, -1); },
+               {"gpu rms_norm: eps is -1"});
+  expect_error(
+      [&] {
+        (void)gpu::rms_norm(DeviceTensor(Shape{2, 8}, DType::f64),
+                            DeviceTensor(Shape{8}, DType::f32), kStream);
+      },
+      {"gpu rms_norm: x is", "f32 or bf16 expected"});
+}
+
 TEST(GpuPermutation, CapacityDropsTheCpusSlotsByEitherPolicy) {
   for (const auto& [tokens, experts, k] :
        std::vector<std::array<std::int64_t, 3>>{{64, 8, 2}, {300, 32, 4}, {50, 4, 4}, {0, 4, 2}}) {
@@ -303,27 +392,6 @@ DeviceRouting routing_on_gpu(const Routing& r) {
       .num_tokens = r.num_tokens, .k = r.k, .experts = on_gpu(ids), .weights = on_gpu(r.weights)};
 }
 
-/// The tokens whose experts differ between `a` and `b` although the CPU logits' gap between the
-/// k-th and the (k+1)-th largest exceeds `bound` (twice a logit's error bound: both sides may
-/// move): a route the rounding of the router's GEMM cannot explain.
-std::vector<std::int64_t> unexplained_flips(const Tensor& logits, const Routing& a,
-                                            const Routing& b, double bound) {
-  std::vector<std::int64_t> out;
-  const std::int64_t e = logits.shape()[1];
-  for (std::int64_t t = 0; t < a.num_tokens; ++t) {
-    if (std::equal(a.experts.begin() + t * a.k, a.experts.begin() + (t + 1) * a.k,
-                   b.experts.begin() + t * b.k)) {
-      continue;
-    }
-    std::vector<double> row(static_cast<std::size_t>(e));
-    for (std::int64_t j = 0; j < e; ++j) row[j] = logits.item(t * e + j);
-    std::sort(row.begin(), row.end(), std::greater<>());
-    const double margin = a.k < e ? row[a.k - 1] - row[a.k] : 0.0;
-    if (margin > bound) out.push_back(t);
-  }
-  return out;
-}
-
 TEST(GpuExperts, FromTheCpusRoutingWithinTheModel) {
   for (const DType d : {DType::f32, DType::bf16}) {
     for (const auto& [tokens, e, k] : std::vector<std::array<std::int64_t, 3>>{
@@ -394,11 +462,7 @@ TEST(GpuExperts, TheWholeOpRoutesAsTheCpuWhereTheMarginExceedsTheLogitsBound) {
     const Tensor want = experts(c.t, c.gate_w, c.gate_b, c.w1, c.b1, c.w2, c.b2, c.p);
     Tensor same = got.to_host();
     std::int64_t flipped = 0;
-    for (std::int64_t t = 0; t < 300; ++t) {
-      if (std::equal(cpu.experts.begin() + t * 4, cpu.experts.begin() + t * 4 + 4,
-                     gpu_r.experts.begin() + t * 4)) {
-        continue;
-      }
+    for (const std::int64_t t : test_support::flipped_tokens(cpu, gpu_r)) {
       ++flipped;
       same.assign_slice(0, t, want.slice(0, t, 1));
     }
