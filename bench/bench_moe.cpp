@@ -76,7 +76,10 @@ bool parse(int argc, char** argv, const dist::Environment& env, MoeBenchOptions&
       "against the all_gather-everything and TP MLP blocks on the same mesh. f32, random "
       "weights; the defaults are gpt-oss-20b's MLP (hidden 2880, intermediate 2880, 32 experts "
       "top-4) with T = 1024 tokens. --device cuda: table (a) on rank 0's GPU (bf16 by default) "
-      "against one dense cuBLASLt GEMM, at the 20b expert GEMMs of 2048 tokens top-4.\n"
+      "against one dense cuBLASLt GEMM, at the 20b expert GEMMs of 2048 tokens top-4; (b) and "
+      "(c) on GPU ranks for a prefill of 2048 tokens and a decode batch of 64: the EP exchange "
+      "against NCCL's own all_to_all of the same rows, the EP block against the TP block and "
+      "its compute against its grouped GEMMs.\n"
       "Run as: ./launch/meshtest bench moe -np 8 [options]\n"
       "Options");
   auto add = opts.add_options();
@@ -92,12 +95,15 @@ bool parse(int argc, char** argv, const dist::Environment& env, MoeBenchOptions&
   add("experts", po::value(&o.experts)->default_value(o.experts), "experts E");
   add("k", po::value(&o.k)->default_value(o.k), "experts per token (1 .. E)");
   add("tokens", po::value(&o.tokens)->default_value(o.tokens),
-      "tokens T of the whole EP group (split over the EP axis)");
+      "tokens T of the whole EP group (split over the EP axis; --device cuda: default 2048)");
   add("gemm", po::value<std::string>()->default_value("2048x2880x2880x32,512x1024x1024x8"),
       "table (a): comma list of ROWSxINxOUTxEXPERTS (--device cuda: default "
       "8192x2880x5760x32,8192x2880x2880x32, mlp1 and mlp2 of 2048 tokens top-4)");
   add("device", po::value(&o.device)->default_value("cpu"),
-      "cpu, or cuda: table (a) on rank 0's GPU (a build with the GPU side; --parts gemm)");
+      "cpu, or cuda: table (a) on rank 0's GPU, (b) and (c) on GPU ranks, one GPU per rank (a "
+      "build with the GPU side)");
+  add("decode", po::value(&o.decode)->default_value(o.decode),
+      "--device cuda: the decode batch of tables (b) and (c), beside the prefill of --tokens");
   add("dtype", po::value<std::string>(), "--device cuda: bf16 (default) or f32");
   add("parts", po::value<std::string>()->default_value("gemm,exchange,block"),
       "tables to print: gemm (a), exchange (b), block (c)");
@@ -148,9 +154,8 @@ bool parse(int argc, char** argv, const dist::Environment& env, MoeBenchOptions&
                    "--parts: unknown part '{}' (expected gemm, exchange, block)", part);
     o.parts.insert(part);
   }
-  MESHTEST_CHECK(!cuda || (o.parts.size() == 1 && o.parts.count("gemm") == 1),
-                 "--device cuda: only the gemm table (a) runs on a GPU so far (--parts gemm); "
-                 "the exchange and block tables need expert parallelism on GPU ranks");
+  if (cuda && vm["tokens"].defaulted()) o.tokens = 2048;  // gpt-oss-20b's prefill of the issue
+  MESHTEST_CHECK(o.decode >= 1, "--decode must be >= 1; got {}", o.decode);
   if (!json_path.empty()) check_outputs_writable({json_path}, env.rank());
   return true;
 }
@@ -188,7 +193,15 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
     idle_barrier(mesh.comm());  // the other ranks wait for rank 0's table, leaving it the cores
   }
   if (o.parts.count("exchange") != 0 || o.parts.count("block") != 0) {
+#if MESHTEST_BENCH_CUDA
+    if (o.device == "cuda") {
+      if (!bench::ep_tables_cuda(mesh, o, doc, verdicts)) return 2;  // no GPU ranks: said why
+    } else {
+      bench::ep_tables(mesh, o, doc, verdicts);
+    }
+#else
     bench::ep_tables(mesh, o, doc, verdicts);
+#endif
   }
   if (root) {
     fmt::print("\ntargets:\n");

@@ -33,51 +33,6 @@ using dist::MeshDevice;
 
 constexpr double kBytesTarget = 1.1;  // the target: EP bytes <= 1.1 x the minimum
 
-/// The EP problem the tables share: this device's tokens and EP weights, every device's rows.
-struct EpProblem {
-  dist::EpOptions o;
-  GptOssConfig c;
-  MoeParams p;
-  dist::WeightSource src;
-  ExpertPlacement placement;
-  dist::EpMlpWeights w;
-  Range mine;  ///< this device's tokens (the array_split share on the EP axis)
-  Tensor x;    ///< [mine.size, hidden]
-  std::vector<DeviceTraffic> traffic;  ///< per EP device
-};
-
-/// Rows r of the tokens x [T, hidden] (normal; element i depends only on the seed and i).
-Tensor tokens(const MoeBenchOptions& o, Range r) {
-  return generate_slice(Shape{o.tokens, o.hidden}, 0, r, DType::f32, {.seed = o.seed, .stream = 20},
-                        Normal{});
-}
-
-EpProblem make_problem(const MeshDevice& mesh, const MoeBenchOptions& o) {
-  EpProblem s;
-  s.o = {.ep_axis = o.ep_axis};
-  s.c.hidden_size = o.hidden;
-  s.c.intermediate_size = o.intermediate;
-  s.c.num_experts = o.experts;
-  s.c.experts_per_token = o.k;
-  s.p = s.c.moe_params();
-  s.src = random_mlp_source(s.c, o.seed);
-  const dist::TpRank ep = dist::ep_rank(mesh, s.o);
-  s.placement = dist::place_experts(dist::ExpertAssignment::Contiguous, o.experts, ep.size);
-  s.w =
-      dist::shard_ep_mlp_weights(s.src, s.c, 0, s.placement, ep.index, dist::ep_tp_rank(mesh, s.o));
-  s.mine = split_range(o.tokens, ep.size, ep.index);
-  s.x = tokens(o, s.mine);
-  // The routing ep_mlp_block computes for these tokens (the same ops), gathered over EP.
-  const Routing r = route_top_k(linear(rms_norm(s.x, s.w.mlp.norm_scale, s.p.norm_eps),
-                                       s.w.mlp.gate_weight, s.w.mlp.gate_bias),
-                                o.k);
-  const Tensor mine =
-      Tensor::from_vector(Shape{static_cast<std::int64_t>(r.experts.size())}, r.experts);
-  const Tensor all = dist::all_gather(mesh, mine, {.dim = 0, .axis = o.ep_axis});
-  s.traffic = ep_traffic(all.span<std::int64_t>(), o.k, s.placement);
-  return s;
-}
-
 /// The exchanges are cheap beside the blocks: they are timed over this many times o.iters calls.
 constexpr int kExchangeCalls = 10;
 
@@ -326,8 +281,8 @@ BlockRow tp_row(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProble
         fmt::format("skipped: TP {} does not divide the intermediate {}", tp, o.intermediate);
     return row;
   }
-  const Range r = split_range(o.tokens, mesh.axis_size(token_axis), mesh.axis_index(token_axis));
-  const Tensor x = tokens(o, r);
+  const Range r = split_range(s.tokens, mesh.axis_size(token_axis), mesh.axis_index(token_axis));
+  const Tensor x = ep_tokens(o, s.tokens, r);
   const MlpWeights w = dist::shard_mlp_weights(s.src, s.c, 0, dist::tp_rank(mesh, to));
   row.tokens = r.size;
   row.weight_mb = expert_mb(w);
@@ -394,8 +349,46 @@ void block_table(const MeshDevice& mesh, const MoeBenchOptions& o, const EpProbl
 
 }  // namespace
 
+/// Rows r of the tokens x [T, hidden] (normal; element i depends only on the seed and i).
+Tensor ep_tokens(const MoeBenchOptions& o, std::int64_t tokens, Range r) {
+  return generate_slice(Shape{tokens, o.hidden}, 0, r, DType::f32, {.seed = o.seed, .stream = 20},
+                        Normal{});
+}
+
+EpProblem make_ep_problem(const MeshDevice& mesh, const MoeBenchOptions& o, std::int64_t tokens) {
+  EpProblem s;
+  s.tokens = tokens;
+  s.o = {.ep_axis = o.ep_axis};
+  s.c.hidden_size = o.hidden;
+  s.c.intermediate_size = o.intermediate;
+  s.c.num_experts = o.experts;
+  s.c.experts_per_token = o.k;
+  s.p = s.c.moe_params();
+  s.src = random_mlp_source(s.c, o.seed);
+  const dist::TpRank ep = dist::ep_rank(mesh, s.o);
+  s.placement = dist::place_experts(dist::ExpertAssignment::Contiguous, o.experts, ep.size);
+  s.w =
+      dist::shard_ep_mlp_weights(s.src, s.c, 0, s.placement, ep.index, dist::ep_tp_rank(mesh, s.o));
+  s.mine = split_range(tokens, ep.size, ep.index);
+  s.x = ep_tokens(o, tokens, s.mine);
+  // The routing ep_mlp_block computes for these tokens (the same ops), gathered over EP.
+  const Routing r = route_top_k(linear(rms_norm(s.x, s.w.mlp.norm_scale, s.p.norm_eps),
+                                       s.w.mlp.gate_weight, s.w.mlp.gate_bias),
+                                o.k);
+  s.traffic = ep_traffic_of(mesh, r, s.placement, o.ep_axis);
+  return s;
+}
+
+std::vector<DeviceTraffic> ep_traffic_of(const MeshDevice& mesh, const Routing& r,
+                                         const ExpertPlacement& placement, int ep_axis) {
+  const Tensor mine =
+      Tensor::from_vector(Shape{static_cast<std::int64_t>(r.experts.size())}, r.experts);
+  const Tensor all = dist::all_gather(mesh, mine, {.dim = 0, .axis = ep_axis});
+  return ep_traffic(all.span<std::int64_t>(), r.k, placement);
+}
+
 void ep_tables(const MeshDevice& mesh, const MoeBenchOptions& o, nlohmann::json& doc, Verdicts& v) {
-  const EpProblem s = make_problem(mesh, o);
+  const EpProblem s = make_ep_problem(mesh, o, o.tokens);
   if (o.parts.count("exchange") != 0) exchange_table(mesh, o, s, doc, v);
   if (o.parts.count("block") != 0) block_table(mesh, o, s, doc, v);
 }

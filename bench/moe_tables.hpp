@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/moe_schemes.hpp"
 #include "dist/mesh/mesh_device.hpp"
+#include "dist/parallel/expert_parallel.hpp"
+#include "src/models/gpt_oss_config.hpp"
 
 namespace meshtest::bench {
 
@@ -29,8 +32,9 @@ struct MoeBenchOptions {
   std::set<std::string> parts;  ///< "gemm", "exchange", "block"
   int iters = 3, warmup = 1;
   std::uint64_t seed = 1;
-  std::string device = "cpu";  ///< "cpu", or "cuda": table (a) on rank 0's GPU
-  std::string dtype = "f32";   ///< the GPU table's dtype: bf16 or f32 (the CPU tables are f32)
+  std::string device = "cpu";  ///< "cpu", or "cuda": the tables on GPU ranks
+  std::string dtype = "f32";   ///< the GPU tables' dtype: bf16 or f32 (the CPU tables are f32)
+  std::int64_t decode = 64;    ///< --device cuda: the decode batch of tables (b) and (c)
 };
 
 /// The targets met or missed (one line each, rank 0's) and the failed correctness checks (the
@@ -79,11 +83,50 @@ struct GemmTally {
 /// o.warmup, interleaved). Adds the verdict: grouped time <= 1.25 x dense. Returns the rows.
 nlohmann::json gemm_table_cuda(const MoeBenchOptions& o, Verdicts& v);
 
+/// The EP problem of tables (b) and (c): this device's tokens and EP weights (f32), every EP
+/// device's traffic.
+struct EpProblem {
+  std::int64_t tokens = 0;  ///< T, the tokens of the whole EP group
+  dist::EpOptions o;
+  GptOssConfig c;
+  MoeParams p;
+  dist::WeightSource src;
+  ExpertPlacement placement;
+  dist::EpMlpWeights w;
+  Range mine;  ///< this device's tokens (the array_split share on the EP axis)
+  Tensor x;    ///< [mine.size, hidden]
+  std::vector<DeviceTraffic> traffic;  ///< per EP device
+};
+
+/// Rows r of the tokens x [tokens, o.hidden] (normal; element i depends only on the seed and i).
+Tensor ep_tokens(const MoeBenchOptions& o, std::int64_t tokens, Range r);
+
+/// The EP problem of `tokens` tokens at o's widths, experts and seed on `mesh` (EP on
+/// o.ep_axis, contiguous placement), its traffic for the routing ep_mlp_block computes on the
+/// host. Collective over the whole mesh.
+EpProblem make_ep_problem(const dist::MeshDevice& mesh, const MoeBenchOptions& o,
+                          std::int64_t tokens);
+
+/// Every EP device's traffic for the local routing r (its expert ids all_gathered on the EP
+/// axis). Collective over the whole mesh.
+std::vector<DeviceTraffic> ep_traffic_of(const dist::MeshDevice& mesh, const Routing& r,
+                                         const ExpertPlacement& placement, int ep_axis);
+
 /// Tables (b) and (c) as o.parts asks, on `mesh` with EP on o.ep_axis (contiguous placement);
 /// printed by device 0, their rows added to `doc`, the verdicts and the failed output checks
 /// (the EP block against the other layouts, max |diff| <= 1e-4 · max |out|) to `v`.
 /// Collective over the whole mesh.
 void ep_tables(const dist::MeshDevice& mesh, const MoeBenchOptions& o, nlohmann::json& doc,
                Verdicts& v);
+
+/// Tables (b) and (c) on GPU ranks (moe_cuda.cpp), o.dtype, for the prefill of o.tokens and a
+/// decode batch of o.decode tokens: (b) the EP dispatch + combine (all_to_all_v of device
+/// tensors) against NCCL's own all_to_all (ncclSend/ncclRecv) of the same rows, the minimum
+/// bytes and all_gather-everything; (c) the EP block (dist/gpu/parallel/ep_moe.hpp) against the
+/// TP block (EP size 1, the units over every device), and its compute (the block less its
+/// dispatch and combine) against the sum of its grouped GEMMs. Adds the verdicts; returns false
+/// (printing why on rank 0) where the ranks have no GPUs of their own. Collective.
+bool ep_tables_cuda(const dist::MeshDevice& mesh, const MoeBenchOptions& o, nlohmann::json& doc,
+                    Verdicts& v);
 
 }  // namespace meshtest::bench
