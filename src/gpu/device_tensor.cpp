@@ -1,14 +1,17 @@
-// DeviceTensor storage (cudaMalloc), host copies, slicing, concat and split on one GPU.
+// DeviceTensor storage (cudaMalloc, with a cache of freed blocks), host copies, slicing, concat and
+// split on one GPU.
 #include "src/gpu/device_tensor.hpp"
 
 #include <fmt/format.h>
 
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "src/core/slice_bytes.hpp"
 #include "src/gpu/capture.hpp"
@@ -65,6 +68,70 @@ void keep_pool_memory(int device) {
   MESHTEST_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &all));
 }
 
+/// cudaMalloc'd blocks whose tensors were freed, kept per device and size for the next tensor
+/// of that size (see DeviceTensor).
+class StorageCache {
+ public:
+  static constexpr std::size_t kMaxBytes = std::size_t{2} << 30;  // kept per device
+
+  /// A kept block of `bytes` (a cached_size) on `device`, or null.
+  void* take(int device, std::size_t bytes) {
+    const std::lock_guard lock(mutex_);
+    const auto it = kept_.find({device, bytes});
+    if (it == kept_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    held_[device] -= bytes;
+    return p;
+  }
+  /// Keeps p (`bytes`, its device finished with it) if the device's cache has room.
+  bool keep(int device, void* p, std::size_t bytes) {
+    const std::lock_guard lock(mutex_);
+    std::size_t& held = held_[device];
+    if (held + bytes > kMaxBytes) return false;
+    kept_[{device, bytes}].push_back(p);
+    held += bytes;
+    return true;
+  }
+  /// cudaFree's every kept block of `device`, the current device.
+  void release(int device) {
+    const std::lock_guard lock(mutex_);
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      if (it->first.first != device) {
+        ++it;
+        continue;
+      }
+      for (void* p : it->second) (void)cudaFree(p);
+      it = kept_.erase(it);
+    }
+    held_[device] = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<int, std::size_t>, std::vector<void*>> kept_;
+  std::map<int, std::size_t> held_;
+};
+
+/// The process's cache, never destroyed: the blocks it keeps at exit go with the process.
+StorageCache& storage_cache() {
+  static StorageCache* const cache = new StorageCache;
+  return *cache;
+}
+
+/// The size of the cudaMalloc'd block for `bytes`: allocation_bytes rounded up to a multiple of
+/// an eighth of its power of two (at least 512 B), so tensors of nearby sizes share blocks.
+std::size_t cached_size(std::size_t bytes) {
+  const std::size_t n = allocation_bytes(bytes);
+  if (n <= 4096) return (n + 511) / 512 * 512;
+  std::size_t power = 1;
+  while (power <= n / 2) power *= 2;
+  const std::size_t granule = power / 8;
+  return n <= std::numeric_limits<std::size_t>::max() - granule
+             ? (n + granule - 1) / granule * granule
+             : n;
+}
+
 }  // namespace
 
 void detail::DeviceFree::operator()(std::byte* p) const noexcept {
@@ -72,7 +139,12 @@ void detail::DeviceFree::operator()(std::byte* p) const noexcept {
   int previous = -1;
   const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
   if (switch_device) (void)cudaSetDevice(device);
-  (void)(stream != nullptr ? cudaFreeAsync(p, stream->get()) : cudaFree(p));
+  if (stream != nullptr) {
+    (void)cudaFreeAsync(p, stream->get());
+  } else if (bytes == 0 || cudaDeviceSynchronize() != cudaSuccess ||
+             !storage_cache().keep(device, p, bytes)) {
+    (void)cudaFree(p);
+  }
   if (switch_device) (void)cudaSetDevice(previous);
 }
 
@@ -108,9 +180,17 @@ void DeviceTensor::allocate(std::shared_ptr<const Stream> stream) {
   device_ = current_device();
   void* p = nullptr;
   if (stream != nullptr) keep_pool_memory(device_);
-  const cudaError_t err = stream != nullptr
-                              ? cudaMallocAsync(&p, allocation_bytes(nbytes_), stream->get())
-                              : cudaMalloc(&p, allocation_bytes(nbytes_));
+  const std::size_t block = stream != nullptr ? allocation_bytes(nbytes_) : cached_size(nbytes_);
+  if (stream == nullptr) p = storage_cache().take(device_, block);
+  const auto allocate_block = [&] {
+    return stream != nullptr ? cudaMallocAsync(&p, block, stream->get()) : cudaMalloc(&p, block);
+  };
+  cudaError_t err = p != nullptr ? cudaSuccess : allocate_block();
+  if (err != cudaSuccess) {  // the kept blocks may be what is missing: once more without them
+    (void)cudaGetLastError();
+    storage_cache().release(device_);
+    err = allocate_block();
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     std::size_t free = 0, total = 0;
@@ -120,8 +200,9 @@ void DeviceTensor::allocate(std::shared_ptr<const Stream> stream) {
          dtype_, shape_, device_, cudaGetErrorString(err), cudaGetErrorName(err),
          known ? fmt::format("{} of {} bytes free", free, total) : "unknown free memory");
   }
+  const std::size_t kept = stream != nullptr ? 0 : block;
   data_ = std::unique_ptr<std::byte, detail::DeviceFree>(
-      static_cast<std::byte*>(p), detail::DeviceFree{device_, std::move(stream)});
+      static_cast<std::byte*>(p), detail::DeviceFree{device_, std::move(stream), kept});
 }
 
 DeviceTensor::DeviceTensor(const DeviceTensor& other) : shape_(other.shape_), dtype_(other.dtype_) {

@@ -276,7 +276,7 @@ DeviceMoeGrads grouped_experts_backward(
       reinterpret_cast<float*>(dh.bytes()), g2.x.numel(), static_cast<float>(p.swiglu_alpha),
       static_cast<float>(p.swiglu_limit), stream));
   GroupedGrads g1 = grouped_backward(handle, stream, x, offsets, perm.offsets, mlp1_weight, dh);
-  // The scratch (h, a, y, dy, dh, g2.x) is cudaMalloc'd: its cudaFree waits for the device.
+  // The scratch (h, a, y, dy, dh, g2.x) is cudaMalloc'd: its free waits for the device.
   g.t = std::move(g1.x);
   g.mlp1_weight = std::move(g1.w);
   g.mlp1_bias = std::move(g1.bias);

@@ -410,6 +410,32 @@ TEST(GpuExperts, FromTheCpusRoutingWithinTheModel) {
   }
 }
 
+TEST(GpuExperts, Bf16AgainstTheF32CpuOpOnTheSameValues) {
+  // The bf16 experts from a routing against the CPU's f32 experts on the same (bf16) values and
+  // routing: every stage rounds to bf16 on the GPU (mlp1, swiglu's five steps, mlp2, the
+  // weighted sum), the f32 op once at the end of none.
+  for (const auto& [tokens, e, k] :
+       std::vector<std::array<std::int64_t, 3>>{{37, 8, 2}, {128, 32, 4}, {20, 6, 1}}) {
+    const ExpertCase c = expert_case(tokens, e, k, DType::bf16, 19);
+    SCOPED_TRACE(c.label);
+    const Routing r = route_top_k(linear(c.t, c.gate_w, c.gate_b), k);
+    Blas blas;
+    const DeviceTensor got = experts_routed(blas, on_gpu(c.t), routing_on_gpu(r), on_gpu(c.w1),
+                                            on_gpu(c.b1), on_gpu(c.w2), on_gpu(c.b2), c.p);
+    blas.synchronize();
+    const auto f32 = [](const Tensor& x) { return x.astype(DType::f32); };
+    Routing r32 = r;
+    r32.weights = f32(r.weights);
+    const Tensor want = moe_combine(
+        moe_experts(f32(c.t), r32, f32(c.w1), f32(c.b1), f32(c.w2), c.p), r32, f32(c.b2));
+    const std::int64_t hidden = c.t.shape()[1], inter = c.w2.shape()[2];
+    const ErrorModel m{
+        .dtype = DType::bf16, .terms = (hidden + 1) + (inter + 1) + k, .roundings = 8};
+    const Comparison cmp = compare(want, got.to_host(), m);
+    EXPECT_TRUE(cmp.passed) << cmp;
+  }
+}
+
 TEST(GpuExperts, TheWholeOpRoutesAsTheCpuWhereTheMarginExceedsTheLogitsBound) {
   for (const DType d : {DType::f32, DType::bf16}) {
     const ExpertCase c = expert_case(300, 32, 4, d, 17);  // gpt-oss's E = 32, top-4

@@ -243,6 +243,28 @@ TEST(DeviceTensor, StreamOrderedStorageIsReusedInItsStreamsOrder) {
                {"StreamOrdered without a stream"});
 }
 
+TEST(DeviceTensor, AFreedBlockServesTheNextTensorOfAboutItsSize) {
+  // 4 000 000 and 4 004 000 bytes round up to the same block (31 granules of 128 KiB): the
+  // second tensor gets the first one's storage, and a zero-filled tensor made on a reused block
+  // is zero-filled all the same.
+  const std::byte* first = nullptr;
+  {
+    DeviceTensor a({1000, 1000}, DType::f32, Tensor::Uninitialized{});
+    MESHTEST_CUDA_CHECK(cudaMemset(a.bytes(), 0x5a, a.nbytes()));
+    first = a.bytes();
+  }
+  const DeviceTensor b({1000, 1001}, DType::f32);
+  EXPECT_EQ(b.bytes(), first);
+  EXPECT_TRUE(b.to_host().bitwise_equal(Tensor({1000, 1001}, DType::f32)));
+  // Another size class gets other storage; a copy of a tensor on a reused block is deep.
+  const DeviceTensor c({3000, 1000}, DType::f32, Tensor::Uninitialized{});
+  EXPECT_NE(c.bytes(), first);
+  const DeviceTensor d = DeviceTensor::from_host(pattern({1000, 1001}, DType::f32, 13));
+  const DeviceTensor e = d;
+  EXPECT_NE(e.bytes(), d.bytes());
+  EXPECT_TRUE(e.to_host().bitwise_equal(pattern({1000, 1001}, DType::f32, 13)));
+}
+
 TEST(Runtime, SetDeviceOutOfRangeNamesTheOrdinalAndTheCount) {
   const int n = device_count();
   ASSERT_GT(n, 0);
