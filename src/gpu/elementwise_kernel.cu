@@ -1,5 +1,5 @@
-// elementwise_kernel: gpt-oss SwiGLU, RMSNorm and the row broadcast of a bias, f32 and bf16 (as
-// bits).
+// elementwise_kernel: gpt-oss SwiGLU, RMSNorm, RoPE's rotation and the row broadcast of a bias,
+// f32 and bf16 (as bits).
 #include "src/gpu/elementwise_kernel.hpp"
 
 #include "src/gpu/bf16_device.cuh"
@@ -12,22 +12,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 65535;
 
-template <class S>
-__device__ __forceinline__ float load(const S* p, std::int64_t i) {
-  if constexpr (sizeof(S) == 2) {
-    return widen(p[i]);
-  } else {
-    return p[i];
-  }
-}
-template <class S>
-__device__ __forceinline__ void store(S* p, std::int64_t i, float v) {
-  if constexpr (sizeof(S) == 2) {
-    p[i] = narrow(v);
-  } else {
-    p[i] = v;
-  }
-}
 // One step's rounding: to bf16 and back for S = bf16, none for f32.
 template <class S>
 __device__ __forceinline__ float r(float v) {
@@ -103,6 +87,22 @@ __global__ void rms_norm_kernel(const S* x, const float* scale, S* y, std::int64
   }
 }
 
+template <class S>
+__global__ void apply_rope_kernel(const S* x, const S* cos, const S* sin, S* y, std::int64_t tokens,
+                                  std::int64_t heads, std::int64_t half) {
+  const std::int64_t n = tokens * heads * half;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t j = i % half, row = i / half, t = row / heads;
+    const float c = load(cos, t * half + j), s = load(sin, t * half + j);
+    const std::int64_t at = row * 2 * half + j;
+    const float x1 = load(x, at), x2 = load(x, at + half);
+    // The intrinsics round every product and sum apart, as the host does (no contraction).
+    store(y, at, r<S>(__fsub_rn(r<S>(__fmul_rn(x1, c)), r<S>(__fmul_rn(x2, s)))));
+    store(y, at + half, r<S>(__fadd_rn(r<S>(__fmul_rn(x2, c)), r<S>(__fmul_rn(x1, s)))));
+  }
+}
+
 unsigned blocks_for(std::int64_t n) {
   const std::int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
@@ -143,6 +143,24 @@ cudaError_t launch_rms_norm(Float t, const void* x, const float* scale, void* y,
   } else {
     rms_norm_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x), scale,
                                                      static_cast<float*>(y), rows, h, eps);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_apply_rope(Float t, const void* x, const void* cos, const void* sin, void* y,
+                              std::int64_t tokens, std::int64_t heads, std::int64_t half,
+                              cudaStream_t stream) {
+  const std::int64_t n = tokens * heads * half;
+  if (n == 0) return cudaSuccess;
+  if (t == Float::bf16) {
+    using B = std::uint16_t;
+    apply_rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const B*>(x), static_cast<const B*>(cos), static_cast<const B*>(sin),
+        static_cast<B*>(y), tokens, heads, half);
+  } else {
+    apply_rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(cos),
+        static_cast<const float*>(sin), static_cast<float*>(y), tokens, heads, half);
   }
   return cudaGetLastError();
 }

@@ -35,6 +35,15 @@ cudaError_t launch_swiglu_backward(const float* x, const float* grad_out, float*
 cudaError_t launch_rms_norm(Float t, const void* x, const float* scale, void* y, std::int64_t rows,
                             std::int64_t h, float eps, cudaStream_t stream);
 
+/// Queues the CPU apply_rope (src/ops/rope.cpp) of x [tokens, heads, 2 half] by the table rows
+/// cos, sin [tokens, half] (x's stored type) into y: with x1 = x[.., j], x2 = x[.., half + j],
+///   y[.., j] = r(r(x1 c) - r(x2 s)),  y[.., half + j] = r(r(x2 c) + r(x1 s)),
+/// each product and sum rounded apart (no fused multiply-add; r rounds to bf16 for bf16).
+/// Returns the launch's error.
+cudaError_t launch_apply_rope(Float t, const void* x, const void* cos, const void* sin, void* y,
+                              std::int64_t tokens, std::int64_t heads, std::int64_t half,
+                              cudaStream_t stream);
+
 /// Queues y[r, j] = bias[j] (or 0 when bias is null) for r < rows, j < cols on `stream`.
 cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64_t rows,
                                   std::int64_t cols, cudaStream_t stream);

@@ -1,0 +1,35 @@
+// attention_kernel: what sdpa.cpp hands to the kernel of attention_kernel.cu. Plain types only,
+// so that nvcc compiles no Eigen or fmt.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "src/gpu/elementwise_kernel.hpp"
+
+namespace meshtest::gpu::detail {
+
+/// The shapes and options of one scaled-dot-product attention with sinks (sdpa.hpp).
+struct SdpaShape {
+  std::int64_t tq = 0, tk = 0, kv_heads = 0, q_per_kv = 0, head_dim = 0;
+  std::int64_t q_offset = 0, k_offset = 0;
+  std::int64_t sliding_window = 0;  ///< 0: none
+  float scale = 1;
+};
+
+/// The largest head_dim the kernel takes (each lane of a warp holds head_dim / 32 values).
+inline constexpr std::int64_t kSdpaMaxHeadDim = 256;
+
+/// Queues out [tq, heads d] = softmax-with-sink(scale q kᵀ, masked) v for every query row and
+/// head, flash-style (one warp per row and head: an online softmax whose running max starts at
+/// the sink logit and whose denominator starts at 1 for it, 0 for a -inf sink, over the keys the
+/// row sees: k_pos <= q_pos and, with a window, q_pos - k_pos < window), in f32, the output
+/// rounded once to the stored type; a row that sees no key and has a -inf sink gets zeros.
+/// q [tq, kv_heads, q_per_kv, d], k and v [tk, kv_heads, d], sinks [heads] (the stored type).
+/// head_dim <= kSdpaMaxHeadDim. Returns the launch's error.
+cudaError_t launch_sdpa_sinks(Float t, const void* q, const void* k, const void* v,
+                              const void* sinks, void* out, const SdpaShape& s,
+                              cudaStream_t stream);
+
+}  // namespace meshtest::gpu::detail

@@ -1,0 +1,32 @@
+// rope (GPU): gpt-oss's rotary position embedding with YaRN scaling on DeviceTensors.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "src/gpu/device_tensor.hpp"
+#include "src/ops/rope.hpp"
+
+namespace meshtest::gpu {
+
+/// The CPU apply_rope (src/ops/rope.hpp) on the GPU, queued on `stream` (of x's device): the
+/// half-split rotation of every head vector of token i by table row i, each product and sum
+/// rounded apart as on the host, so the result is the CPU op's bits (f32 and bf16).
+///   x: [T, ..., d], cos and sin: [T, d/2] of x's dtype  ->  x's shape
+/// Errors as the CPU op's (shapes, dtypes), and for another dtype or a device other than x's.
+/// The perf record ("apply_rope") is timed on the stream. Asynchronous, as swiglu.
+DeviceTensor apply_rope(const DeviceTensor& x, const DeviceTensor& cos, const DeviceTensor& sin,
+                        cudaStream_t stream);
+
+/// The CPU rope on the GPU: the YaRN table of positions position_offset .. + T - 1 (rope_table,
+/// computed on the host: the CPU's bits, copied to the GPU), applied to q and k.
+///   q: [T, ..., d], k: [T, ..., d] (f32 or bf16, one dtype)  ->  (q rotated, k rotated)
+/// Errors as the CPU op's. The table's copy waits for the device's earlier work (as every
+/// DeviceTensor copy does); the rotations are queued on `stream`.
+std::pair<DeviceTensor, DeviceTensor> rope(const DeviceTensor& q, const DeviceTensor& k,
+                                           const RopeParams& p, cudaStream_t stream,
+                                           std::int64_t position_offset = 0);
+
+}  // namespace meshtest::gpu

@@ -1,0 +1,298 @@
+// The attention's kernels on one GPU against the CPU ops on the same inputs (src/gpu/rope.hpp,
+// qkv_rope.hpp): RoPE's rotation and the YaRN rope of queries and keys, bit for bit in f32 and
+// bf16 (the table is the host's, each product and sum rounded as on the host), every head
+// layout, position offsets past the initial context, plain RoPE (s <= 1), no tokens; the fused
+// qkv_rope within the model of its Linear (and its split and rotation exact); attention with
+// sinks within the model of the CPU's flash form (prefill, decode against a cache, the sliding
+// window, GQA, rows that see no key, a prefill of 8192 tokens); the bad inputs.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "src/check/compare.hpp"
+#include "src/check/tolerance.hpp"
+#include "src/core/random.hpp"
+#include "src/gpu/blas.hpp"
+#include "src/gpu/device_tensor.hpp"
+#include "src/gpu/linear.hpp"
+#include "src/gpu/qkv_rope.hpp"
+#include "src/gpu/rope.hpp"
+#include "src/gpu/sdpa.hpp"
+#include "src/ops/qkv_rope.hpp"
+#include "src/ops/rope.hpp"
+#include "src/ops/sdpa_sinks.hpp"
+#include "tests/support/expect_error.hpp"
+
+namespace meshtest::gpu {
+namespace {
+
+using test_support::expect_error;
+
+/// The default stream: every op below is followed by a copy back, which waits for it.
+constexpr cudaStream_t kStream = nullptr;
+
+DeviceTensor on_gpu(const Tensor& t) { return DeviceTensor::from_host(t); }
+
+/// Expects the GPU's result to hold the CPU's bits, naming the worst element otherwise.
+void expect_bits(const Tensor& want, const DeviceTensor& got, const std::string& what) {
+  const Tensor g = got.to_host();
+  EXPECT_TRUE(g.bitwise_equal(want))
+      << what << ": "
+      << (g.shape() == want.shape()
+              ? compare(want.astype(DType::f64), g.astype(DType::f64), Metric::exact, 0).str()
+              : fmt::format("got {}, want {}", g.shape(), want.shape()));
+}
+
+TEST(GpuRope, RotationIsTheCpusBitsInEveryHeadLayout) {
+  const RopeParams p{};  // gpt-oss: head_dim 64, theta 150000, YaRN s = 32 over 4096
+  for (const DType t : {DType::f32, DType::bf16}) {
+    for (const Shape& shape :
+         std::vector<Shape>{{37, 8, 64}, {5, 2, 4, 64}, {1, 1, 64}, {0, 8, 64}, {300, 3, 64}}) {
+      const std::string what = fmt::format("{} {}", t, shape);
+      SCOPED_TRACE(what);
+      const RopeTable table = rope_table(p, shape[0], 11, t);
+      const Tensor x = random_normal(shape, t, {.seed = 51}, 0.0, 3.0);
+      expect_bits(apply_rope(x, table),
+                  apply_rope(on_gpu(x), on_gpu(table.cos), on_gpu(table.sin), kStream), what);
+    }
+  }
+}
+
+TEST(GpuRope, QueriesAndKeysAreTheCpusBitsAtEveryOffset) {
+  // YaRN (s = 32) and plain RoPE (s = 1), offsets at 0, across the initial context (4096) and
+  // far past it (decode at 100000), GQA's k with fewer heads than q.
+  for (const double s : {32.0, 1.0}) {
+    const RopeParams p{.scaling_factor = s};
+    for (const std::int64_t offset : {0, 4090, 100000}) {
+      for (const DType t : {DType::f32, DType::bf16}) {
+        const std::string what = fmt::format("s {} offset {} {}", s, offset, t);
+        SCOPED_TRACE(what);
+        const Tensor q = random_normal({13, 8, 64}, t, {.seed = 52}, 0.0, 2.0);
+        const Tensor k = random_normal({13, 2, 64}, t, {.seed = 53}, 0.0, 2.0);
+        const auto [wq, wk] = meshtest::rope(q, k, p, offset);
+        const auto [gq, gk] = gpu::rope(on_gpu(q), on_gpu(k), p, kStream, offset);
+        expect_bits(wq, gq, what + " q");
+        expect_bits(wk, gk, what + " k");
+      }
+    }
+  }
+}
+
+TEST(GpuQkvRope, WithinTheLinearsModelAndTheSplitAndRotationExact) {
+  struct Case {
+    std::int64_t tokens, hidden, heads, kv, offset;
+  };
+  for (const Case& c : std::vector<Case>{
+           {37, 96, 8, 2, 0}, {1, 64, 4, 4, 4095}, {0, 32, 2, 1, 0}, {300, 128, 6, 3, 17}}) {
+    for (const DType t : {DType::f32, DType::bf16}) {
+      const std::string what = fmt::format("{} T={} hidden={} heads={}/{} offset {}", t, c.tokens,
+                                           c.hidden, c.heads, c.kv, c.offset);
+      SCOPED_TRACE(what);
+      const std::int64_t d = 64, qkv = (c.heads + 2 * c.kv) * d;
+      const Tensor x = random_normal({c.tokens, c.hidden}, t, {.seed = 54});
+      const Tensor w = random_normal({qkv, c.hidden}, t, {.seed = 55}, 0.0,
+                                     1 / std::sqrt(static_cast<double>(c.hidden)));
+      const Tensor b = random_normal({qkv}, t, {.seed = 56});
+      const QkvRopeOptions o{.num_heads = c.heads,
+                             .num_kv_heads = c.kv,
+                             .rope = RopeParams{.head_dim = d},
+                             .position_offset = c.offset};
+      Blas blas;
+      const DeviceQkv got = gpu::qkv_rope(blas, on_gpu(x), on_gpu(w), on_gpu(b), o);
+      const Qkv want = meshtest::qkv_rope(x, w, b, o);
+      // The Linear over hidden and its bias in cuBLASLt's order; bf16 rounds it and RoPE's
+      // product and sum.
+      const ErrorModel m{.dtype = t, .terms = c.hidden + 3, .roundings = t == DType::bf16 ? 3 : 0};
+      for (const auto& [name, g, h] :
+           {std::tuple{"q", &got.q, &want.q}, {"k", &got.k, &want.k}, {"v", &got.v, &want.v}}) {
+        const Comparison cmp = compare(*h, g->to_host(), m);
+        EXPECT_TRUE(cmp.passed) << name << ": " << cmp;
+      }
+      // The split and the rotation of the GPU's own Linear output: the CPU's bits.
+      const Tensor y = gpu::linear(blas, on_gpu(x), on_gpu(w), on_gpu(b)).to_host();
+      const Tensor q = y.slice(1, 0, c.heads * d).reshape({c.tokens, c.kv, c.heads / c.kv, d});
+      const Tensor k = y.slice(1, c.heads * d, c.kv * d).reshape({c.tokens, c.kv, d});
+      const auto [rq, rk] = meshtest::rope(q, k, o.rope, c.offset);
+      expect_bits(rq, got.q, what + " q");
+      expect_bits(rk, got.k, what + " k");
+      expect_bits(y.slice(1, (c.heads + c.kv) * d, c.kv * d).reshape({c.tokens, c.kv, d}), got.v,
+                  what + " v");
+    }
+  }
+  Blas blas;
+  const DeviceTensor x({4, 32}, DType::f32), w({3 * 64, 32}, DType::f32), b({3 * 64}, DType::f32);
+  expect_error(
+      [&] { (void)gpu::qkv_rope(blas, x, w, b, {.num_heads = 3, .num_kv_heads = 2, .rope = {}}); },
+      {"gpu qkv_rope: num_heads 3 must be a positive multiple of num_kv_heads 2"});
+  expect_error(
+      [&] { (void)gpu::qkv_rope(blas, x, w, b, {.num_heads = 2, .num_kv_heads = 1, .rope = {}}); },
+      {"gpu qkv_rope: weight is", "expected [256, 32] and [256]"});
+  expect_error(
+      [&] {
+        (void)gpu::qkv_rope(blas, x, w, b,
+                            {.num_heads = 1, .num_kv_heads = 1, .rope = {}, .position_offset = -1});
+      },
+      {"position_offset is -1"});
+}
+
+struct SdpaCase {
+  std::int64_t tq, tk, kv, per, d, window, q_offset, k_offset;
+  bool no_sinks = false;  ///< -inf sinks: a row that sees no key gets zeros
+};
+
+std::string label(const SdpaCase& c, DType t) {
+  return fmt::format("{} q {}x{}x{}x{} k {} window {} offsets {}/{}{}", t, c.tq, c.kv, c.per, c.d,
+                     c.tk, c.window, c.q_offset, c.k_offset, c.no_sinks ? " -inf sinks" : "");
+}
+
+TEST(GpuSdpaSinks, WithinTheModelOfTheCpuOp) {
+  const std::vector<SdpaCase> cases{
+      {37, 37, 2, 4, 64, 0, 0, 0},       // prefill, causal, GQA
+      {37, 37, 2, 4, 64, 8, 0, 0},       // gpt-oss's even layers: a sliding window
+      {1, 300, 2, 4, 64, 128, 299, 0},   // decode against a cache of 300, windowed
+      {1, 300, 2, 4, 64, 0, 299, 0},     // decode, the whole cache
+      {4, 9, 1, 2, 64, 0, 296, 291},     // a chunk of 4 after a cache window of 9
+      {6, 20, 1, 1, 32, 0, 0, 3, true},  // rows 0-2 see no key: zeros with -inf sinks
+      {6, 20, 1, 1, 32, 0, 0, 3},        // ... and the sink alone otherwise
+      {64, 64, 1, 2, 128, 0, 0, 0},      // head_dim 128
+      {0, 10, 2, 2, 64, 0, 0, 0}};       // no queries
+  for (const SdpaCase& c : cases) {
+    for (const DType t : {DType::f32, DType::bf16}) {
+      const std::string what = label(c, t);
+      SCOPED_TRACE(what);
+      const Tensor q = random_normal({c.tq, c.kv, c.per, c.d}, t, {.seed = 57});
+      const Tensor k = random_normal({c.tk, c.kv, c.d}, t, {.seed = 58});
+      const Tensor v = random_normal({c.tk, c.kv, c.d}, t, {.seed = 59});
+      Tensor sinks = random_normal({c.kv * c.per}, t, {.seed = 60});
+      if (c.no_sinks) sinks.fill(-std::numeric_limits<double>::infinity());
+      const SdpaOptions o{
+          .sliding_window = c.window, .q_offset = c.q_offset, .k_offset = c.k_offset};
+      const Tensor want = meshtest::sdpa_sinks(q, k, v, sinks, o);
+      const Tensor got =
+          gpu::sdpa_sinks(on_gpu(q), on_gpu(k), on_gpu(v), on_gpu(sinks), kStream, o).to_host();
+      // The logits over d, the softmax's sum and the weighted sum over the keys, in another
+      // order than the CPU's; bf16 rounds the output once (both compute in f32).
+      const ErrorModel m{
+          .dtype = t, .terms = c.d + 2 * c.tk + 4, .roundings = t == DType::bf16 ? 1 : 0};
+      const Comparison cmp = compare(want, got, m);
+      EXPECT_TRUE(cmp.passed) << cmp;
+      if (c.no_sinks && c.tq > 0) {  // rows 0-2 see no key
+        EXPECT_TRUE(got.slice(0, 0, 3).bitwise_equal(Tensor({3, c.kv * c.per * c.d}, t)));
+      }
+    }
+  }
+}
+
+TEST(GpuSdpaSinks, APrefillOf8192TokensFitsAndItsLastRowsAreTheCpus) {
+  // gpt-oss-20b's heads (8 kv heads of 8 queries, d = 64), bf16, causal over 8192 tokens: no
+  // 8192 x 8192 logits anywhere; the last rows (the most keys) against the CPU's decode-shaped
+  // call for them alone.
+  const std::int64_t t = 8192, kv = 8, per = 8, d = 64;
+  const Tensor q = random_normal({t, kv, per, d}, DType::bf16, {.seed = 61});
+  const Tensor k = random_normal({t, kv, d}, DType::bf16, {.seed = 62});
+  const Tensor v = random_normal({t, kv, d}, DType::bf16, {.seed = 63});
+  const Tensor sinks = random_normal({kv * per}, DType::bf16, {.seed = 64});
+  const Tensor got =
+      gpu::sdpa_sinks(on_gpu(q), on_gpu(k), on_gpu(v), on_gpu(sinks), kStream).to_host();
+  ASSERT_EQ(got.shape(), (Shape{t, kv * per * d}));
+  const Tensor want = meshtest::sdpa_sinks(q.slice(0, t - 2, 2), k, v, sinks, {.q_offset = t - 2});
+  const ErrorModel m{.dtype = DType::bf16, .terms = d + 2 * t + 4, .roundings = 1};
+  const Comparison cmp = compare(want, got.slice(0, t - 2, 2), m);
+  EXPECT_TRUE(cmp.passed) << cmp;
+}
+
+TEST(GpuSdpaSinks, BadInputIsAnErrorNamingIt) {
+  const DeviceTensor q({3, 2, 2, 64}, DType::f32), k({5, 2, 64}, DType::f32);
+  const DeviceTensor v({5, 2, 64}, DType::f32), sinks({4}, DType::f32);
+  expect_error(
+      [&] {
+        (void)gpu::sdpa_sinks(DeviceTensor({3, 4, 64}, DType::f32), k, v, sinks, kStream);
+      },
+      {"gpu sdpa_sinks: q is", "expected [Tq, kv_heads, q_per_kv, head_dim]"});
+  expect_error(
+      [&] {
+        (void)gpu::sdpa_sinks(DeviceTensor({3, 2, 2, 48}, DType::f32), k, v, sinks, kStream);
+      },
+      {"head_dim is 48, expected a multiple of 32 up to 256"});
+  expect_error(
+      [&] {
+        (void)gpu::sdpa_sinks(q, DeviceTensor({5, 1, 64}, DType::f32), v, sinks, kStream);
+      },
+      {"gpu sdpa_sinks: k is", "expected [Tk, 2, 64]"});
+  expect_error(
+      [&] {
+        (void)gpu::sdpa_sinks(q, k, DeviceTensor({6, 2, 64}, DType::f32), sinks, kStream);
+      },
+      {"gpu sdpa_sinks: v is", "expected k's shape"});
+  expect_error([&] { (void)gpu::sdpa_sinks(q, k, v, DeviceTensor({3}, DType::f32), kStream); },
+               {"gpu sdpa_sinks: sinks are", "expected [4] (heads)"});
+  expect_error([&] { (void)gpu::sdpa_sinks(q, k, v, DeviceTensor({4}, DType::bf16), kStream); },
+               {"gpu sdpa_sinks: sinks is", "expected dtype f32"});
+  expect_error([&] { (void)gpu::sdpa_sinks(q, k, v, sinks, kStream, {.sliding_window = -1}); },
+               {"sliding_window is -1"});
+  expect_error(
+      [&] {
+        (void)gpu::sdpa_sinks(q, k, v, sinks, kStream,
+                              {.scale = std::numeric_limits<double>::infinity()});
+      },
+      {"scale is inf, expected a finite value"});
+}
+
+TEST(GpuRope, BadInputIsAnErrorNamingIt) {
+  const RopeTable table = rope_table(RopeParams{}, 4, 0, DType::f32);
+  const DeviceTensor cos = on_gpu(table.cos), sin = on_gpu(table.sin);
+  expect_error(
+      [&] {
+        (void)apply_rope(DeviceTensor({4, 2, 62}, DType::f32), cos, sin, kStream);
+      },
+      {"gpu apply_rope: x is", "expected [T = 4, ..., head_dim = 64]"});
+  expect_error(
+      [&] {
+        (void)apply_rope(DeviceTensor({5, 2, 64}, DType::f32), cos, sin, kStream);
+      },
+      {"expected [T = 4, ..., head_dim = 64]"});
+  expect_error(
+      [&] {
+        (void)apply_rope(DeviceTensor({4, 2, 64}, DType::bf16), cos, sin, kStream);
+      },
+      {"gpu apply_rope: cos is", "expected dtype bf16"});
+  expect_error(
+      [&] {
+        (void)apply_rope(DeviceTensor({4, 64}, DType::f32), cos, DeviceTensor({4, 31}, DType::f32),
+                         kStream);
+      },
+      {"the table is cos", "expected two [T, d/2]"});
+  expect_error(
+      [&] {
+        (void)apply_rope(DeviceTensor({4, 2, 64}, DType::f64), on_gpu(table.cos.astype(DType::f64)),
+                         on_gpu(table.sin.astype(DType::f64)), kStream);
+      },
+      {"f32 or bf16 expected"});
+  expect_error(
+      [&] {
+        (void)gpu::rope(DeviceTensor({4, 2, 64}, DType::f32), DeviceTensor({3, 2, 64}, DType::f32),
+                        RopeParams{}, kStream);
+      },
+      {"gpu rope: q", "must have the same number of tokens"});
+  expect_error(
+      [&] {
+        (void)gpu::rope(DeviceTensor({4, 2, 64}, DType::f32), DeviceTensor({4, 2, 64}, DType::bf16),
+                        RopeParams{}, kStream);
+      },
+      {"gpu rope: q is", "but k is"});
+  expect_error(
+      [&] {
+        (void)gpu::rope(DeviceTensor({4, 2, 64}, DType::f32), DeviceTensor({4, 2, 64}, DType::f32),
+                        RopeParams{.head_dim = 63}, kStream);
+      },
+      {"head_dim"});
+}
+
+}  // namespace
+}  // namespace meshtest::gpu
