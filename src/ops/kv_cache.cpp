@@ -9,6 +9,26 @@
 
 namespace meshtest {
 
+void check_cache_positions(std::string_view op, std::span<const std::int64_t> positions,
+                           std::int64_t max_len) {
+  std::vector<bool> seen(static_cast<std::size_t>(max_len), false);
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    const std::int64_t p = positions[i];
+    MESHTEST_CHECK(p >= 0 && p < max_len, "{}: position {} (row {}) is outside [0, {})", op, p, i,
+                   max_len);
+    MESHTEST_CHECK(!seen[static_cast<std::size_t>(p)],
+                   "{}: position {} appears twice in one call (row {})", op, p, i);
+    seen[static_cast<std::size_t>(p)] = true;
+  }
+}
+
+std::int64_t cache_window_begin(std::string_view op, std::int64_t pos, std::int64_t window,
+                                std::int64_t max_len) {
+  MESHTEST_CHECK(pos >= 0 && pos < max_len && window >= 0,
+                 "{}: position {} must be in [0, {}) and window {} >= 0", op, pos, max_len, window);
+  return window == 0 ? 0 : std::max<std::int64_t>(0, pos + 1 - window);
+}
+
 KvCache::KvCache(std::int64_t max_len, std::int64_t kv_heads, std::int64_t head_dim, DType dtype)
     : max_len_(max_len), kv_heads_(kv_heads), head_dim_(head_dim) {
   MESHTEST_CHECK(max_len > 0 && kv_heads > 0 && head_dim > 0,
@@ -31,14 +51,7 @@ void KvCache::write(const Tensor& k, const Tensor& v, std::span<const std::int64
   detail::check_shape(op, "v", v, want);
   detail::check_dtype(op, "k", k, dtype());
   detail::check_dtype(op, "v", v, dtype());
-  std::vector<bool> seen(static_cast<std::size_t>(max_len_), false);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t p = positions[i];
-    MESHTEST_CHECK(p >= 0 && p < max_len_, "{}: position {} (row {}) is outside [0, {})", op, p, i,
-                   max_len_);
-    MESHTEST_CHECK(!seen[p], "{}: position {} appears twice in one call (row {})", op, p, i);
-    seen[p] = true;
-  }
+  check_cache_positions(op, positions, max_len_);
   const std::size_t row = static_cast<std::size_t>(kv_heads_ * head_dim_) * dtype_size(dtype());
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t p = positions[i];
@@ -73,10 +86,7 @@ Tensor KvCache::values(std::int64_t begin, std::int64_t end) const {
 }
 
 std::int64_t KvCache::window_begin(std::int64_t pos, std::int64_t window) const {
-  MESHTEST_CHECK(pos >= 0 && pos < max_len_ && window >= 0,
-                 "KvCache::window_begin: position {} must be in [0, {}) and window {} >= 0", pos,
-                 max_len_, window);
-  return window == 0 ? 0 : std::max<std::int64_t>(0, pos + 1 - window);
+  return cache_window_begin("KvCache::window_begin", pos, window, max_len_);
 }
 
 bool KvCache::written(std::int64_t p) const {

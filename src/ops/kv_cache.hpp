@@ -3,11 +3,23 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "src/core/tensor.hpp"
 
 namespace meshtest {
+
+/// Throws Error (prefixed by `op`) for a position outside [0, max_len) or one that appears twice
+/// in `positions`: the rule of a cache write (KvCache here, gpu::DeviceKvCache on a GPU).
+void check_cache_positions(std::string_view op, std::span<const std::int64_t> positions,
+                           std::int64_t max_len);
+
+/// The window of a cache of max_len positions ending at `pos` (inclusive) of at most `window`
+/// positions (0: from position 0): its first position, max(0, pos + 1 − window). Throws Error
+/// (prefixed by `op`) for a pos outside [0, max_len) or a negative window.
+std::int64_t cache_window_begin(std::string_view op, std::int64_t pos, std::int64_t window,
+                                std::int64_t max_len);
 
 /// A cache of max_len positions × kv_heads × head_dim for keys and for values, one dtype.
 /// Positions never written read as zero, and reads say which positions are valid.

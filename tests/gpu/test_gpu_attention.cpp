@@ -4,7 +4,8 @@
 // layout, position offsets past the initial context, plain RoPE (s <= 1), no tokens; the fused
 // qkv_rope within the model of its Linear (and its split and rotation exact); attention with
 // sinks within the model of the CPU's flash form (prefill, decode against a cache, the sliding
-// window, GQA, rows that see no key, a prefill of 8192 tokens); the bad inputs.
+// window, GQA, rows that see no key, a prefill of 8192 tokens); the KV cache's writes and reads
+// bit for bit against the CPU's, and decode steps against it; the bad inputs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,10 +21,12 @@
 #include "src/core/random.hpp"
 #include "src/gpu/blas.hpp"
 #include "src/gpu/device_tensor.hpp"
+#include "src/gpu/kv_cache.hpp"
 #include "src/gpu/linear.hpp"
 #include "src/gpu/qkv_rope.hpp"
 #include "src/gpu/rope.hpp"
 #include "src/gpu/sdpa.hpp"
+#include "src/ops/kv_cache.hpp"
 #include "src/ops/qkv_rope.hpp"
 #include "src/ops/rope.hpp"
 #include "src/ops/sdpa_sinks.hpp"
@@ -242,6 +245,66 @@ TEST(GpuSdpaSinks, BadInputIsAnErrorNamingIt) {
                               {.scale = std::numeric_limits<double>::infinity()});
       },
       {"scale is inf, expected a finite value"});
+}
+
+TEST(GpuKvCache, WritesAndReadsAreTheCpusAndDecodeAttendsThroughIt) {
+  for (const DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(fmt::format("{}", t));
+    const std::int64_t len = 16, kv = 2, d = 64;
+    KvCache cpu(len, kv, d, t);
+    DeviceKvCache gpu(len, kv, d, t);
+    const auto write = [&](std::vector<std::int64_t> positions, std::uint64_t seed) {
+      const auto n = static_cast<std::int64_t>(positions.size());
+      const Tensor k = random_normal({n, kv, d}, t, {.seed = seed});
+      const Tensor v = random_normal({n, kv, d}, t, {.seed = seed + 100});
+      cpu.write(k, v, positions);
+      gpu.write(on_gpu(k), on_gpu(v), positions);
+    };
+    write({0, 1, 2, 3, 4}, 70);  // a prefill
+    write({5}, 71);              // a decode step
+    write({9, 7}, 72);           // out of order, a gap at 6 and 8
+    write({2, 3}, 73);           // an overwrite
+    write({}, 74);               // nothing
+    expect_bits(cpu.keys(0, len), gpu.keys(0, len), "keys");
+    expect_bits(cpu.values(0, len), gpu.values(0, len), "values");
+    expect_bits(cpu.keys(3, 8), gpu.keys(3, 8), "keys [3, 8)");
+    EXPECT_EQ(gpu.length(), cpu.length());
+    for (std::int64_t p = 0; p < len; ++p) EXPECT_EQ(gpu.written(p), cpu.written(p)) << p;
+    EXPECT_EQ(gpu.window_begin(9, 4), cpu.window_begin(9, 4));
+    EXPECT_EQ(gpu.window_begin(9, 0), 0);
+    // A decode step at position 9 over the window of 4 keys [6, 10), as the model runs it.
+    const Tensor q = random_normal({1, kv, 4, d}, t, {.seed = 75});
+    const Tensor sinks = random_normal({kv * 4}, t, {.seed = 76});
+    const std::int64_t begin = cpu.window_begin(9, 4);
+    const SdpaOptions o{.sliding_window = 4, .q_offset = 9, .k_offset = begin};
+    const Tensor want =
+        meshtest::sdpa_sinks(q, cpu.keys(begin, 10), cpu.values(begin, 10), sinks, o);
+    const Tensor got = gpu::sdpa_sinks(on_gpu(q), gpu.keys(begin, 10), gpu.values(begin, 10),
+                                       on_gpu(sinks), kStream, o)
+                           .to_host();
+    const ErrorModel m{.dtype = t, .terms = d + 2 * 4 + 4, .roundings = t == DType::bf16 ? 1 : 0};
+    const Comparison cmp = compare(want, got, m);
+    EXPECT_TRUE(cmp.passed) << cmp;
+  }
+  DeviceKvCache cache(4, 1, 32, DType::f32);
+  const DeviceTensor one({1, 1, 32}, DType::f32), two({2, 1, 32}, DType::f32);
+  expect_error([&] { cache.write(one, one, std::vector<std::int64_t>{4}); },
+               {"gpu KvCache::write: position 4 (row 0) is outside [0, 4)"});
+  expect_error(
+      [&] {
+        cache.write(two, two, std::vector<std::int64_t>{1, 1});
+      },
+      {"gpu KvCache::write: position 1 appears twice in one call (row 1)"});
+  expect_error(
+      [&] {
+        cache.write(two, one, std::vector<std::int64_t>{0, 1});
+      },
+      {"gpu KvCache::write: k is", "expected f32[2, 1, 32] each"});
+  expect_error([&] { (void)cache.keys(3, 5); }, {"gpu KvCache::keys: range [3, 5)"});
+  expect_error([&] { (void)cache.window_begin(4, 2); },
+               {"gpu KvCache::window_begin: position 4 must be in [0, 4)"});
+  expect_error([] { DeviceKvCache bad(4, 1, 32, DType::f64); },
+               {"gpu KvCache: dtype f64 is not f32 or bf16"});
 }
 
 TEST(GpuRope, BadInputIsAnErrorNamingIt) {

@@ -1,0 +1,50 @@
+// kv_cache (GPU): keys and values of past positions in a GPU's memory, written at positions and
+// read as a window, with the CPU KvCache's contract (src/ops/kv_cache.hpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "src/gpu/device_tensor.hpp"
+
+namespace meshtest::gpu {
+
+/// KvCache on the current GPU: [max_len, kv_heads, head_dim] for keys and for values, one dtype,
+/// zero where never written; the bookkeeping of written positions on the host. Every member is
+/// complete when it returns (DeviceTensor's copies). Reads are copies of the rows asked for,
+/// ready for sdpa_sinks (src/gpu/sdpa.hpp) with k_offset = the window's first position.
+class DeviceKvCache {
+ public:
+  /// Throws Error for a non-positive size or a dtype other than f32 or bf16.
+  DeviceKvCache(std::int64_t max_len, std::int64_t kv_heads, std::int64_t head_dim, DType dtype);
+
+  /// Stores k[i], v[i] ([n, kv_heads, head_dim] each, on the cache's GPU) at positions[i]: one
+  /// copy per run of consecutive positions (a prefill's n rows are one). Errors as KvCache's
+  /// (a position outside [0, max_len), a repeated one, shapes or dtypes that do not fit), and
+  /// for tensors on another GPU.
+  void write(const DeviceTensor& k, const DeviceTensor& v, std::span<const std::int64_t> positions);
+
+  /// Keys and values of positions [begin, end): [end − begin, kv_heads, head_dim] each. Throws
+  /// Error unless 0 <= begin <= end <= max_len.
+  [[nodiscard]] DeviceTensor keys(std::int64_t begin, std::int64_t end) const;
+  [[nodiscard]] DeviceTensor values(std::int64_t begin, std::int64_t end) const;
+  /// KvCache::window_begin's rule: max(0, pos + 1 − window) (window 0: 0).
+  [[nodiscard]] std::int64_t window_begin(std::int64_t pos, std::int64_t window) const;
+  /// Whether position p has been written. Throws Error for a p outside [0, max_len).
+  [[nodiscard]] bool written(std::int64_t p) const;
+  /// One past the highest written position (0 when empty).
+  [[nodiscard]] std::int64_t length() const;
+
+  [[nodiscard]] std::int64_t max_len() const { return max_len_; }
+  [[nodiscard]] std::int64_t kv_heads() const { return kv_heads_; }
+  [[nodiscard]] std::int64_t head_dim() const { return head_dim_; }
+  [[nodiscard]] DType dtype() const { return k_.dtype(); }
+
+ private:
+  std::int64_t max_len_, kv_heads_, head_dim_;
+  DeviceTensor k_, v_;         // [max_len, kv_heads, head_dim]
+  std::vector<bool> written_;  // [max_len]
+};
+
+}  // namespace meshtest::gpu
