@@ -19,7 +19,7 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// Lane l holds elements l, l + 32, ... of the head vector (head_dim / 32 of them).
+// Lane l holds elements l, l + 32, ... of the head vector (those below head_dim).
 template <class S>
 __global__ void sdpa_sinks_kernel(const S* q, const S* k, const S* v, const S* sinks, S* out,
                                   SdpaShape s) {
@@ -29,11 +29,12 @@ __global__ void sdpa_sinks_kernel(const S* q, const S* k, const S* v, const S* s
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (warp >= s.tq * heads) return;  // the whole warp leaves together
   const std::int64_t row = warp / heads, h = warp % heads, g = h / s.q_per_kv;
-  const int per_lane = static_cast<int>(d / kWarp);
+  const int per_lane = static_cast<int>((d + kWarp - 1) / kWarp);
   float qv[kPerLane], acc[kPerLane];
   const S* qr = q + (row * heads + h) * d;  // q's [kv, q_per_kv] heads are h = g q_per_kv + m
   for (int e = 0; e < per_lane; ++e) {
-    qv[e] = load(qr, lane + e * kWarp);
+    const std::int64_t at = lane + e * kWarp;
+    qv[e] = at < d ? load(qr, at) : 0.0f;
     acc[e] = 0;
   }
   const float sink = load(sinks, h);
@@ -49,19 +50,27 @@ __global__ void sdpa_sinks_kernel(const S* q, const S* k, const S* v, const S* s
   for (std::int64_t j = first; j <= last; ++j) {
     const S* kr = k + (j * s.kv_heads + g) * d;
     float part = 0;
-    for (int e = 0; e < per_lane; ++e) part += qv[e] * load(kr, lane + e * kWarp);
+    for (int e = 0; e < per_lane; ++e) {
+      const std::int64_t at = lane + e * kWarp;
+      if (at < d) part += qv[e] * load(kr, at);
+    }
     const float logit = warp_sum(part) * s.scale;
     const float m_new = logit > m ? logit : m;
     const float correction = isinf(m) && m < 0 ? 0.0f : expf(m - m_new);
     const float p = expf(logit - m_new);
     l = l * correction + p;
     const S* vr = v + (j * s.kv_heads + g) * d;
-    for (int e = 0; e < per_lane; ++e)
-      acc[e] = acc[e] * correction + p * load(vr, lane + e * kWarp);
+    for (int e = 0; e < per_lane; ++e) {
+      const std::int64_t at = lane + e * kWarp;
+      acc[e] = acc[e] * correction + (at < d ? p * load(vr, at) : 0.0f);
+    }
     m = m_new;
   }
   S* o = out + (row * heads + h) * d;
-  for (int e = 0; e < per_lane; ++e) store(o, lane + e * kWarp, l > 0 ? acc[e] / l : 0.0f);
+  for (int e = 0; e < per_lane; ++e) {
+    const std::int64_t at = lane + e * kWarp;
+    if (at < d) store(o, at, l > 0 ? acc[e] / l : 0.0f);
+  }
 }
 
 }  // namespace

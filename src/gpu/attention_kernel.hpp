@@ -18,7 +18,7 @@ struct SdpaShape {
   float scale = 1;
 };
 
-/// The largest head_dim the kernel takes (each lane of a warp holds head_dim / 32 values).
+/// The largest head_dim the kernel takes (each lane of a warp holds up to head_dim / 32 values).
 inline constexpr std::int64_t kSdpaMaxHeadDim = 256;
 
 /// Queues out [tq, heads d] = softmax-with-sink(scale q kᵀ, masked) v for every query row and
@@ -27,7 +27,7 @@ inline constexpr std::int64_t kSdpaMaxHeadDim = 256;
 /// row sees: k_pos <= q_pos and, with a window, q_pos - k_pos < window), in f32, the output
 /// rounded once to the stored type; a row that sees no key and has a -inf sink gets zeros.
 /// q [tq, kv_heads, q_per_kv, d], k and v [tk, kv_heads, d], sinks [heads] (the stored type).
-/// head_dim <= kSdpaMaxHeadDim. Returns the launch's error.
+/// 1 <= head_dim <= kSdpaMaxHeadDim. Returns the launch's error.
 cudaError_t launch_sdpa_sinks(Float t, const void* q, const void* k, const void* v,
                               const void* sinks, void* out, const SdpaShape& s,
                               cudaStream_t stream);

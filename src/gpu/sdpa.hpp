@@ -21,8 +21,8 @@ namespace meshtest::gpu {
 /// round the output once, as the CPU's sdpa_sinks; the sums run in another order than the
 /// CPU's: within the error model. A row that sees no key and has a -inf sink gets zeros.
 /// Errors as the CPU op's (shapes, dtypes, a negative window, a scale that is not finite), and
-/// for a head_dim that is not a multiple of 32 up to 256, another dtype, or tensors on another
-/// device than q's. The perf record ("sdpa_sinks") is timed on the stream. Asynchronous.
+/// for a head_dim above 256, another dtype, or tensors on another device than q's. The perf
+/// record ("sdpa_sinks") is timed on the stream. Asynchronous.
 DeviceTensor sdpa_sinks(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                         const DeviceTensor& sinks, cudaStream_t stream, const SdpaOptions& o = {});
 
