@@ -119,7 +119,7 @@ std::vector<DeviceTraffic> ep_traffic_of(const dist::MeshDevice& mesh, const Rou
 void ep_tables(const dist::MeshDevice& mesh, const MoeBenchOptions& o, nlohmann::json& doc,
                Verdicts& v);
 
-/// Tables (b) and (c) on GPU ranks (moe_cuda.cpp), o.dtype, for the prefill of o.tokens and a
+/// Tables (b) and (c) on GPU ranks (moe_ep_cuda.cpp), o.dtype, for the prefill of o.tokens and a
 /// decode batch of o.decode tokens: (b) the EP dispatch + combine (all_to_all_v of device
 /// tensors) against NCCL's own all_to_all (ncclSend/ncclRecv) of the same rows, the minimum
 /// bytes and all_gather-everything; (c) the EP block (dist/gpu/parallel/ep_moe.hpp) against the
