@@ -15,13 +15,17 @@
 // replays. The capture is one op, "cuda_graph" (its inner scopes record nothing), matching the
 // one step, so the kit takes it as a real replay; in the trace-mode report the op is
 // "cuda_graph", host-timed from the copy of the inputs to the copy of the outputs (the
-// graph's own device time: gpu::Graph::replay under the profiler).
+// graph's own device time: gpu::Graph::replay under the profiler). A graph in which a
+// collective ran (perf::ccl_scopes_opened) is a step of type ccl: its devices wait for each
+// other inside it, and the kit's single-device run skips it as it skips a CCL (device 0's chunk
+// alone would not be device 0's computation).
 // Header only: a test links meshtest::fused_kit and meshtest::dist_gpu.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -84,17 +88,21 @@ inline FusedFn on_gpu_fused(GpuFusedFn fused) {
     const perf::OpScope scope("cuda_graph", perf::OpScope::fused);
     std::vector<Tensor> eager;
     auto step = std::make_shared<detail::GpuGraphStep>();
+    bool collective = false;
     {
       const perf::Trace::Paused paused;  // the collectives inside take device tensors
       step->comm = gpu::MeshNccl::of(mesh).group(kAllAxes).comm();
       step->in = to_device(local);
+      const std::uint64_t ccls = perf::ccl_scopes_opened();
       eager = detail::to_host(fused(s, mesh, step->in));
+      collective = perf::ccl_scopes_opened() != ccls;
       step->graph.capture([&] { step->out = fused(s, mesh, step->in); });
     }
     std::vector<const Tensor*> ins, outs;
     for (const Tensor& t : local) ins.push_back(&t), step->host_in.push_back(t.bytes());
     for (Tensor& t : eager) outs.push_back(&t), step->host_out.push_back(t.bytes());
-    trace->add_step("cuda_graph", perf::OpType::compute, ins, outs, [step] { step->run(); });
+    trace->add_step("cuda_graph", collective ? perf::OpType::ccl : perf::OpType::compute, ins, outs,
+                    [step] { step->run(); });
     return eager;
   };
 }

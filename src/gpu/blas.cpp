@@ -186,6 +186,10 @@ cublasContext* Blas::cublas() {
   if (!impl_->cublas) {
     const DeviceGuard guard(impl_->device);
     impl_->cublas = std::make_unique<BlasHandle>();
+    // The stream's workspace (its cuBLASLt GEMMs run in the same order): a capture needs one of
+    // the caller's, cuBLAS's own pool allocates.
+    MESHTEST_CUBLAS_CHECK(
+        cublasSetWorkspace(impl_->cublas->get(), impl_->workspace, kWorkspaceBytes));
   }
   MESHTEST_CUBLAS_CHECK(cublasSetStream(impl_->cublas->get(), stream()));
   return impl_->cublas->get();

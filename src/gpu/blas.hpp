@@ -38,7 +38,8 @@ class Blas {
   /// The CUDA ordinal of the device the handle, stream and workspace belong to.
   int device() const;
   /// A cuBLAS handle (cublasHandle_t) of device() on stream(), made on the first call and kept:
-  /// for the calls cuBLASLt has no counterpart of (the grouped GEMM, experts.hpp).
+  /// for the calls cuBLASLt has no counterpart of (the grouped GEMM, experts.hpp). Its workspace
+  /// is the stream's own, so that its calls can be captured in a CUDA graph.
   cublasContext* cublas();
   /// Blocks until everything queued on stream() has finished; throws its error if any.
   /// Nothing while this thread captures a gpu::Graph (the capture's one stream keeps the order).

@@ -2,11 +2,15 @@
 // router, the permutation and the GEMMs of this folder in sequence on blas's stream.
 #include "src/gpu/experts.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <string_view>
 #include <vector>
 
+#include "src/gpu/capture.hpp"
 #include "src/gpu/cublas.hpp"
 #include "src/gpu/elementwise_kernel.hpp"
+#include "src/gpu/index_flag.hpp"
 #include "src/gpu/linear.hpp"
 #include "src/gpu/moe_kernel.hpp"
 #include "src/gpu/op_timer.hpp"
@@ -128,11 +132,9 @@ GroupedGrads grouped_backward(cublasHandle_t handle, cudaStream_t stream, const 
   return g;
 }
 
-}  // namespace
-
-DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std::int64_t> offsets,
-                          const DeviceTensor& w, const DeviceTensor* bias) {
-  constexpr std::string_view op = "gpu grouped_gemm";
+/// grouped_gemm's checks of x, w and bias (the offsets are the caller's).
+void check_grouped(std::string_view op, const Blas& blas, const DeviceTensor& x,
+                   const DeviceTensor& w, const DeviceTensor* bias) {
   MESHTEST_CHECK(x.rank() == 2, "{}: x is {}, expected [rows, in]", op, describe(x));
   MESHTEST_CHECK(w.rank() == 3 && w.shape()[2] == x.shape()[1],
                  "{}: w is {}, expected [G, out, {}] (x is {})", op, describe(w), x.shape()[1],
@@ -140,17 +142,40 @@ DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std
   MESHTEST_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16,
                  "{}: x is {}: f32 or bf16 expected", op, describe(x));
   check_dtype(op, "w", w, x.dtype());
-  const std::int64_t groups = w.shape()[0], out = w.shape()[1], in = w.shape()[2];
-  const std::int64_t rows = x.shape()[0];
-  check_offsets(op, offsets, groups, rows);
   if (bias != nullptr) {
-    MESHTEST_CHECK(bias->shape() == (Shape{groups, out}), "{}: bias is {}, expected [{}, {}]", op,
-                   describe(*bias), groups, out);
+    MESHTEST_CHECK(bias->shape() == (Shape{w.shape()[0], w.shape()[1]}),
+                   "{}: bias is {}, expected [{}, {}]", op, describe(*bias), w.shape()[0],
+                   w.shape()[1]);
     check_dtype(op, "bias", *bias, x.dtype());
     check_on_device(op, "bias", *bias, blas.device());
   }
   check_on_device(op, "x", x, blas.device());
   check_on_device(op, "w", w, blas.device());
+}
+
+/// The chunk rows of the device-offset grouped GEMM: a power of two from 16 to 128, about a
+/// quarter of the mean segment (a partial chunk wastes less than a quarter of a mean segment),
+/// at most rows (a chunk reads `chunk` rows of x).
+std::int64_t chunk_rows(std::int64_t rows, std::int64_t groups) {
+  const auto quarter = static_cast<std::uint64_t>(std::max<std::int64_t>(rows / groups / 4, 1));
+  const auto c =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::bit_floor(quarter)), 16, 128);
+  return std::min(c, rows);
+}
+
+const DeviceTensor* bias_or_null(const DeviceTensor& bias) {
+  return bias.empty() ? nullptr : &bias;
+}
+
+}  // namespace
+
+DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std::int64_t> offsets,
+                          const DeviceTensor& w, const DeviceTensor* bias) {
+  constexpr std::string_view op = "gpu grouped_gemm";
+  check_grouped(op, blas, x, w, bias);
+  const std::int64_t groups = w.shape()[0], out = w.shape()[1], in = w.shape()[2];
+  const std::int64_t rows = x.shape()[0];
+  check_offsets(op, offsets, groups, rows);
   DeviceTensor y(Shape{rows, out}, x.dtype(), StreamOrdered{blas.shared_stream()});
   perf::OpScope scope("grouped_gemm");
   scope.input(info(x)).input(info(w)).attr("groups", groups).attr("bias", bias != nullptr);
@@ -161,39 +186,118 @@ DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std
   return y;
 }
 
+DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, const DeviceTensor& offsets,
+                          const DeviceTensor& w, const DeviceTensor* bias) {
+  constexpr std::string_view op = "gpu grouped_gemm";
+  check_grouped(op, blas, x, w, bias);
+  const std::int64_t groups = w.shape()[0], out = w.shape()[1], in = w.shape()[2];
+  const std::int64_t rows = x.shape()[0];
+  MESHTEST_CHECK(offsets.shape() == (Shape{groups + 1}) && offsets.dtype() == DType::i64,
+                 "{}: offsets are {}, expected i64 [{}] (w's groups + 1)", op, describe(offsets),
+                 groups + 1);
+  check_on_device(op, "offsets", offsets, blas.device());
+  const cudaStream_t stream = blas.stream();
+  DeviceTensor y(Shape{rows, out}, x.dtype(), StreamOrdered{blas.shared_stream()});
+  if (rows == 0 || out == 0) return y;
+  const std::int64_t chunk = chunk_rows(rows, groups);
+  const std::int64_t max_chunks = (rows + chunk - 1) / chunk + groups;
+  MESHTEST_CHECK(max_chunks <= 0x7fffffff && out <= 0x7fffffff && in <= 0x7fffffff,
+                 "{}: {} chunks of {} x {} exceed cuBLAS's int sizes", op, max_chunks, out, in);
+  perf::OpScope scope("grouped_gemm");
+  scope.input(info(x)).input(info(w)).attr("groups", groups).attr("bias", bias != nullptr);
+  scope.attr("segments", "device").attr("chunk", chunk);
+  time_on_stream(scope, stream);
+  // The plan: three pointer arrays, the bounds, chunk starts and first rows; the f32 scratch.
+  // Allocated and freed in the stream's order: their free waits for nothing.
+  const StreamOrdered order{blas.shared_stream()};
+  DeviceTensor pointers(Shape{3, max_chunks}, DType::i64, order);
+  DeviceTensor plan(Shape{2 * (groups + 1) + max_chunks}, DType::i64, order);
+  DeviceTensor scratch(Shape{max_chunks * chunk, out}, DType::f32, order);
+  auto* ptr = reinterpret_cast<void**>(pointers.bytes());
+  auto* bounds = reinterpret_cast<std::int64_t*>(plan.bytes());
+  std::int64_t* chunk_start = bounds + groups + 1;
+  std::int64_t* first_row = chunk_start + groups + 1;
+  const auto element = static_cast<std::int64_t>(dtype_size(x.dtype()));
+  IndexFlag bad_at(stream);
+  MESHTEST_CUDA_CHECK(detail::launch_chunk_plan(
+      reinterpret_cast<const std::int64_t*>(offsets.bytes()), groups, rows, chunk, max_chunks,
+      x.bytes(), in * element, w.bytes(), out * in * element, scratch.bytes(),
+      out * static_cast<std::int64_t>(sizeof(float)), const_cast<const void**>(ptr),
+      const_cast<const void**>(ptr + max_chunks), ptr + 2 * max_chunks, bounds, chunk_start,
+      first_row, bad_at.get(), stream));
+  if (in == 0) {
+    MESHTEST_CUDA_CHECK(cudaMemsetAsync(scratch.bytes(), 0, scratch.nbytes(), stream));
+  } else {
+    // Row-major chunk [chunk, out] = x rows [chunk, in] · w_e [out, in]^T: in cuBLAS's column
+    // major, C [out, chunk] = op_T(w_e) · op_N(x rows), every leading dimension a row's length.
+    const cudaDataType type = x.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1, zero = 0;
+    const auto n = static_cast<int>(out), k = static_cast<int>(in);
+    MESHTEST_CUBLAS_CHECK(cublasGemmBatchedEx(
+        blas.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, static_cast<int>(chunk), k, &one,
+        ptr + max_chunks, type, k, ptr, type, k, &zero, ptr + 2 * max_chunks, CUDA_R_32F, n,
+        static_cast<int>(max_chunks), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  MESHTEST_CUDA_CHECK(detail::launch_chunk_gather(
+      bounds, groups, rows, out, chunk, chunk_start, first_row,
+      reinterpret_cast<const float*>(scratch.bytes()), x.dtype() == DType::bf16,
+      bias != nullptr ? bias->bytes() : nullptr, y.bytes(), stream));
+  scope.output(info(y)).flops(2.0 * static_cast<double>(max_chunks * chunk * in * out));
+  if (const unsigned long long bad = bad_at.read(); bad != detail::kNoIndex) {
+    throw Error(
+        fmt::format("{}: the offsets on the device do not run from 0 to {} (x's rows), "
+                    "non-decreasing: the first bad one is offsets[{}]",
+                    op, rows, bad));
+  }
+  return y;
+}
+
 DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouting& routing,
                             const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
-                            const MoeParams& p) {
+                            const MoeParams& p, Segments segments) {
   constexpr std::string_view op = "gpu experts";
-  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, &mlp2_bias);
+  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, bias_or_null(mlp2_bias));
   MESHTEST_CHECK(routing.num_tokens == t.shape()[0] && routing.weights.dtype() == t.dtype(),
                  "{}: the routing is for {} tokens of {}, but t is {}", op, routing.num_tokens,
                  routing.weights.dtype(), describe(t));
   const std::int64_t experts_n = mlp1_weight.shape()[0];
   cudaStream_t stream = blas.stream();
+  if (segments == Segments::device) {
+    const DevicePermutation perm = make_permutation(routing, experts_n, stream);
+    const DeviceTensor rows = permute(t, perm, stream);
+    const DeviceTensor h = grouped_gemm(blas, rows, perm.offsets, mlp1_weight, &mlp1_bias);
+    const DeviceTensor a = swiglu(h, stream, p.swiglu_alpha, p.swiglu_limit);
+    const DeviceTensor y =
+        grouped_gemm(blas, a, perm.offsets, mlp2_weight, bias_or_null(mlp2_bias));
+    return unpermute(y, perm, routing.weights, stream);
+  }
+  MESHTEST_CHECK(capturing_stream() == nullptr,
+                 "{}: Segments::host reads the experts' row counts back to the host, which a CUDA "
+                 "graph capture cannot: capture with Segments::device",
+                 op);
   const Grouped grouped = group_by_expert(routing, experts_n, stream);
   const DevicePermutation& perm = grouped.perm;
   const std::span<const std::int64_t> offsets = grouped.offsets();
   const DeviceTensor rows = permute(t, perm, stream);
   const DeviceTensor h = grouped_gemm(blas, rows, offsets, mlp1_weight, &mlp1_bias);
   const DeviceTensor a = swiglu(h, stream, p.swiglu_alpha, p.swiglu_limit);
-  const DeviceTensor y = grouped_gemm(blas, a, offsets, mlp2_weight, &mlp2_bias);
+  const DeviceTensor y = grouped_gemm(blas, a, offsets, mlp2_weight, bias_or_null(mlp2_bias));
   return unpermute(y, perm, routing.weights, stream);
 }
 
 DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate_weight,
                      const DeviceTensor& gate_bias, const DeviceTensor& mlp1_weight,
                      const DeviceTensor& mlp1_bias, const DeviceTensor& mlp2_weight,
-                     const DeviceTensor& mlp2_bias, const MoeParams& p) {
+                     const DeviceTensor& mlp2_bias, const MoeParams& p, Segments segments) {
   constexpr std::string_view op = "gpu experts";
-  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, &mlp2_bias);
+  check_expert_weights(op, blas, t, mlp1_weight, mlp1_bias, mlp2_weight, bias_or_null(mlp2_bias));
   MESHTEST_CHECK(gate_weight.shape() == (Shape{mlp1_weight.shape()[0], t.shape()[1]}),
                  "{}: gate_weight is {}, expected [{}, {}]", op, describe(gate_weight),
                  mlp1_weight.shape()[0], t.shape()[1]);
   const DeviceTensor logits = linear(blas, t, gate_weight, gate_bias);
   const DeviceRouting r = gate(logits, p.experts_per_token, blas.stream());
-  return experts_routed(blas, t, r, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, p);
+  return experts_routed(blas, t, r, mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias, p, segments);
 }
 
 DeviceMoeGrads moe_backward(Blas& blas, const DeviceTensor& t, const DeviceRouting& routing,

@@ -28,21 +28,50 @@ namespace meshtest::gpu {
 DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, std::span<const std::int64_t> offsets,
                           const DeviceTensor& w, const DeviceTensor* bias = nullptr);
 
+/// grouped_gemm with the offsets on the device (i64 [G + 1], as a DevicePermutation holds them):
+/// no host round trip, so that it can be captured in a CUDA graph. The segments are cut into
+/// chunks of equal rows (a power of two from 16 to 128, about a quarter of rows / G, at most
+/// rows), each chunk a GEMM of one cublasGemmBatchedEx call over the chunks' pointers (planned
+/// on the GPU) into an f32 scratch; a last kernel takes every row from its chunk and adds the
+/// bias in f32 before the one rounding to x's dtype (as the host-offset form's epilogue). A
+/// partial chunk computes rows it does not keep, and the call counts for the most chunks any
+/// partition of the rows can need (rows / chunk + G): more FLOPs than the host-offset form, in
+/// one launch. Within the error model of the CPU op as the other form (another summation order).
+/// Throws Error as the other form for shapes, dtypes and devices; offsets that do not run from
+/// 0 to rows, non-decreasing, are clamped on the GPU (no row is read or written out of range)
+/// and, outside a capture, raise an Error naming the first bad one after the stream is
+/// synchronized (the only synchronization; a capture checks nothing, as IndexFlag says).
+DeviceTensor grouped_gemm(Blas& blas, const DeviceTensor& x, const DeviceTensor& offsets,
+                          const DeviceTensor& w, const DeviceTensor* bias = nullptr);
+
+/// Where the experts op's grouped GEMMs learn the rows of each expert.
+enum class Segments {
+  host,    ///< copied back after make_permutation (one synchronization of the stream), then one
+           ///< cuBLASLt GEMM per expert (grouped_gemm with host offsets): the fastest at prefill
+  device,  ///< left on the GPU (grouped_gemm with device offsets): no synchronization of its
+           ///< own, so the op can be captured in a CUDA graph and replayed on new tokens
+};
+
 /// The experts op (src/ops/moe/experts.hpp) on the GPU, queued on blas.stream(): the router
 /// (linear, then gate: top-k then softmax), make_permutation, permute, grouped GEMM over mlp1,
 /// swiglu, grouped GEMM over mlp2 (with its bias), unpermute.
 ///   t: [T, hidden], gate_weight: [E, hidden], gate_bias: [E], mlp1_weight: [E, 2I, hidden],
-///   mlp1_bias: [E, 2I], mlp2_weight: [E, hidden, I], mlp2_bias: [E, hidden]  ->  [T, hidden]
+///   mlp1_bias: [E, 2I], mlp2_weight: [E, hidden, I], mlp2_bias: [E, hidden] or DeviceTensor{}
+///   (no bias: a tensor-parallel device's partial sum, dist/gpu/parallel/tp_experts.hpp)
+///   ->  [T, hidden]
 /// f32 or bf16. The router's GEMM sums in cuBLASLt's order, not the CPU's: where two experts'
 /// logits lie within that error of each other the choice may differ from the CPU's; the tests'
 /// rule compares routes only where the top-k margin exceeds the logits' bound, and the experts
-/// from a given routing (experts_routed) everywhere. Synchronizes blas's stream once (the
-/// segment sizes come back to the host). Errors as the CPU op's (shapes, dtypes, k, a NaN
-/// logit) and for tensors on another device than blas's.
+/// from a given routing (experts_routed) everywhere. Synchronizes blas's stream to read its
+/// checks (a NaN logit, an expert id) and, with Segments::host, the segment sizes; while this
+/// thread captures a gpu::Graph, with Segments::device, it queues everything and reads nothing
+/// (Segments::host cannot be captured: an Error). Errors as the CPU op's (shapes, dtypes, k, a
+/// NaN logit) and for tensors on another device than blas's.
 DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate_weight,
                      const DeviceTensor& gate_bias, const DeviceTensor& mlp1_weight,
                      const DeviceTensor& mlp1_bias, const DeviceTensor& mlp2_weight,
-                     const DeviceTensor& mlp2_bias, const MoeParams& p = {});
+                     const DeviceTensor& mlp2_bias, const MoeParams& p = {},
+                     Segments segments = Segments::host);
 
 /// The experts of `routing` (r.k = p.experts_per_token is not required: the routing's k is
 /// used) without the router: permute, the two grouped GEMMs and swiglu, unpermute with the
@@ -50,7 +79,7 @@ DeviceTensor experts(Blas& blas, const DeviceTensor& t, const DeviceTensor& gate
 DeviceTensor experts_routed(Blas& blas, const DeviceTensor& t, const DeviceRouting& routing,
                             const DeviceTensor& mlp1_weight, const DeviceTensor& mlp1_bias,
                             const DeviceTensor& mlp2_weight, const DeviceTensor& mlp2_bias,
-                            const MoeParams& p = {});
+                            const MoeParams& p = {}, Segments segments = Segments::host);
 
 /// The gradients of the routed experts and combine on the GPU (MoeGrads, src/ops/moe/grad.hpp).
 struct DeviceMoeGrads {

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "src/gpu/index_flag.hpp"
 #include "src/gpu/moe_kernel.hpp"
 #include "src/gpu/op_timer.hpp"
 #include "src/gpu/runtime.hpp"
@@ -31,27 +32,6 @@ RouterFloat router_float(std::string_view op, std::string_view what, const Devic
       throw Error(fmt::format("{}: {} {}: f32, f64 or bf16 expected", op, what, describe(t)));
   }
 }
-
-/// A "first bad index" on the GPU (kNoIndex until a kernel lowers it), read after the stream.
-class IndexFlag {
- public:
-  explicit IndexFlag(cudaStream_t stream)
-      : flag_(Shape{1}, DType::i64, Tensor::Uninitialized{}), stream_(stream) {
-    MESHTEST_CUDA_CHECK(cudaMemsetAsync(flag_.bytes(), 0xff, sizeof(std::uint64_t), stream));
-  }
-  unsigned long long* get() { return reinterpret_cast<unsigned long long*>(flag_.bytes()); }
-  /// Synchronizes the stream; the index, or kNoIndex.
-  unsigned long long read() const {
-    MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    unsigned long long v = 0;
-    MESHTEST_CUDA_CHECK(cudaMemcpy(&v, flag_.bytes(), sizeof v, cudaMemcpyDeviceToHost));
-    return v;
-  }
-
- private:
-  DeviceTensor flag_;
-  cudaStream_t stream_;
-};
 
 void check_logits(std::string_view op, const DeviceTensor& logits) {
   MESHTEST_CHECK(logits.rank() == 2, "{}: logits are {}, expected [T, experts]", op,

@@ -377,6 +377,67 @@ __global__ void segment_column_sums_kernel(const float* x, const std::int64_t* o
   }
 }
 
+// One block: thread 0 clamps the offsets into bounds and sums the chunk counts; then every
+// thread places chunks c = threadIdx.x, + blockDim.x, ... by a binary search of chunk_start.
+__global__ void chunk_plan_kernel(const std::int64_t* offsets, std::int64_t groups,
+                                  std::int64_t rows, std::int64_t chunk, std::int64_t max_chunks,
+                                  const char* x, std::int64_t x_row_bytes, const char* w,
+                                  std::int64_t w_group_bytes, char* scratch,
+                                  std::int64_t scratch_row_bytes, const void** x_rows,
+                                  const void** w_rows, void** out_rows, std::int64_t* bounds,
+                                  std::int64_t* chunk_start, std::int64_t* first_row,
+                                  unsigned long long* bad_at) {
+  if (threadIdx.x == 0) {
+    unsigned long long bad = offsets[0] == 0 ? kNoIndex : 0;
+    std::int64_t prev = 0, chunks = 0;
+    bounds[0] = 0;
+    chunk_start[0] = 0;
+    for (std::int64_t e = 0; e < groups; ++e) {
+      const std::int64_t o = offsets[e + 1];
+      const std::int64_t v = o < prev ? prev : (o > rows ? rows : o);
+      if (v != o && bad == kNoIndex) bad = static_cast<unsigned long long>(e + 1);
+      chunks += (v - prev + chunk - 1) / chunk;
+      bounds[e + 1] = v;
+      chunk_start[e + 1] = chunks;
+      prev = v;
+    }
+    if (prev != rows && bad == kNoIndex) bad = static_cast<unsigned long long>(groups);
+    if (bad != kNoIndex) atomicMin(bad_at, bad);
+  }
+  __syncthreads();
+  const std::int64_t used = chunk_start[groups];
+  for (std::int64_t c = threadIdx.x; c < max_chunks; c += blockDim.x) {
+    std::int64_t first = 0, e = 0;
+    if (c < used) {
+      e = segment_of(chunk_start, groups, c);  // the last e with chunk_start[e] <= c
+      const std::int64_t r0 = bounds[e] + (c - chunk_start[e]) * chunk;
+      first = r0 < rows - chunk ? r0 : rows - chunk;
+    }
+    x_rows[c] = x + first * x_row_bytes;
+    w_rows[c] = w + e * w_group_bytes;
+    out_rows[c] = scratch + c * chunk * scratch_row_bytes;
+    first_row[c] = first;
+  }
+}
+
+// One block per row: its segment by a binary search of bounds, then its columns.
+template <class S>
+__global__ void chunk_gather_kernel(const std::int64_t* bounds, std::int64_t groups,
+                                    std::int64_t cols, std::int64_t chunk,
+                                    const std::int64_t* chunk_start, const std::int64_t* first_row,
+                                    const float* scratch, const S* bias, S* y) {
+  const std::int64_t r = blockIdx.x;
+  if (r >= bounds[groups]) return;
+  const std::int64_t e = segment_of(bounds, groups, r);  // bounds[e] <= r < bounds[e + 1]
+  const std::int64_t c = chunk_start[e] + (r - bounds[e]) / chunk;
+  const float* src = scratch + (c * chunk + (r - first_row[c])) * cols;
+  for (std::int64_t n = threadIdx.x; n < cols; n += blockDim.x) {
+    float v = src[n];
+    if (bias != nullptr) v += load(bias, e * cols + n);
+    store(y, r * cols + n, v);
+  }
+}
+
 template <class F>
 cudaError_t by_type(RouterFloat t, F&& f) {
   switch (t) {
@@ -576,6 +637,41 @@ cudaError_t launch_segment_column_sums(const float* x, const std::int64_t* offse
   if (experts * cols == 0) return cudaSuccess;
   segment_column_sums_kernel<<<blocks_for(experts * cols), kThreads, 0, stream>>>(
       x, offsets, experts, cols, sums);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_chunk_plan(const std::int64_t* offsets, std::int64_t groups, std::int64_t rows,
+                              std::int64_t chunk, std::int64_t max_chunks, const void* x,
+                              std::int64_t x_row_bytes, const void* w, std::int64_t w_group_bytes,
+                              void* scratch, std::int64_t scratch_row_bytes, const void** x_rows,
+                              const void** w_rows, void** out_rows, std::int64_t* bounds,
+                              std::int64_t* chunk_start, std::int64_t* first_row,
+                              unsigned long long* bad_at, cudaStream_t stream) {
+  if (groups < 1 || chunk < 1 || chunk > rows) return cudaErrorInvalidValue;
+  chunk_plan_kernel<<<1, kThreads, 0, stream>>>(
+      offsets, groups, rows, chunk, max_chunks, static_cast<const char*>(x), x_row_bytes,
+      static_cast<const char*>(w), w_group_bytes, static_cast<char*>(scratch), scratch_row_bytes,
+      x_rows, w_rows, out_rows, bounds, chunk_start, first_row, bad_at);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_chunk_gather(const std::int64_t* bounds, std::int64_t groups, std::int64_t rows,
+                                std::int64_t cols, std::int64_t chunk,
+                                const std::int64_t* chunk_start, const std::int64_t* first_row,
+                                const float* scratch, bool bf16, const void* bias, void* y,
+                                cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  const auto blocks = static_cast<unsigned>(rows);
+  if (bf16) {
+    chunk_gather_kernel<<<blocks, kThreads, 0, stream>>>(
+        bounds, groups, cols, chunk, chunk_start, first_row, scratch,
+        static_cast<const std::uint16_t*>(bias), static_cast<std::uint16_t*>(y));
+  } else {
+    chunk_gather_kernel<<<blocks, kThreads, 0, stream>>>(
+        bounds, groups, cols, chunk, chunk_start, first_row, scratch,
+        static_cast<const float*>(bias), static_cast<float*>(y));
+  }
   return cudaGetLastError();
 }
 

@@ -109,6 +109,39 @@ cudaError_t launch_segment_column_sums(const float* x, const std::int64_t* offse
                                        std::int64_t experts, std::int64_t cols, float* sums,
                                        cudaStream_t stream);
 
+/// The chunks of a grouped GEMM whose segments stay on the device (gpu::grouped_gemm with device
+/// offsets, experts.hpp). The segments' bounds [groups + 1] are offsets [groups + 1] (i64, read on
+/// the device) clamped into a partition of [0, rows] (each bound at least the one before, at most
+/// rows; the first 0); segment e is cut into chunks of `chunk` rows (the last one partial),
+/// numbered from chunk_start[e] (chunk_start [groups + 1], a prefix sum). Chunk c reads the
+/// `chunk` rows of x from first_row[c] = min(its first row, rows - chunk) (chunk <= rows: a
+/// partial chunk also reads rows of other segments, whose products are never read) and writes
+/// rows [c chunk, (c + 1) chunk) of the scratch. Queues, for c < max_chunks (at least
+/// ceil(rows / chunk) + groups, so that every partition fits): x_rows[c] = x + first_row[c]
+/// x_row_bytes, w_rows[c] = w + e w_group_bytes, out_rows[c] = scratch + c chunk
+/// scratch_row_bytes (the chunks past the last one: x's first rows and group 0, computed and
+/// never read), and bounds, chunk_start and first_row [max_chunks]. The smallest index e whose
+/// offset was clamped (groups when the last bound is not rows) is lowered into *bad_at. One
+/// block. Returns the launch's error.
+cudaError_t launch_chunk_plan(const std::int64_t* offsets, std::int64_t groups, std::int64_t rows,
+                              std::int64_t chunk, std::int64_t max_chunks, const void* x,
+                              std::int64_t x_row_bytes, const void* w, std::int64_t w_group_bytes,
+                              void* scratch, std::int64_t scratch_row_bytes, const void** x_rows,
+                              const void** w_rows, void** out_rows, std::int64_t* bounds,
+                              std::int64_t* chunk_start, std::int64_t* first_row,
+                              unsigned long long* bad_at, cudaStream_t stream);
+
+/// Queues y[r, n] = scratch[r's row in its chunk, n] + bias[e, n] (bias null: nothing added),
+/// summed in f32 and rounded once to y's type (bf16 when `bf16`, else f32), for every row r of a
+/// segment e of the plan of launch_chunk_plan (bounds, chunk_start, first_row) and n < cols;
+/// scratch: f32 [max_chunks chunk, cols]; bias: [groups, cols] of y's type. Rows past the last
+/// bound are not written. Returns the launch's error.
+cudaError_t launch_chunk_gather(const std::int64_t* bounds, std::int64_t groups, std::int64_t rows,
+                                std::int64_t cols, std::int64_t chunk,
+                                const std::int64_t* chunk_start, const std::int64_t* first_row,
+                                const float* scratch, bool bf16, const void* bias, void* y,
+                                cudaStream_t stream);
+
 /// The decoded type of mxfp4_decode.
 enum class DecodedFloat : std::uint8_t { f32, f64, bf16, f16 };
 

@@ -17,7 +17,8 @@ std::vector<OpRecord> g_records;  // guarded by g_mutex
 // Records whose times a device gives (index into g_records), resolved by records().
 std::vector<std::pair<std::size_t, std::unique_ptr<DeviceTimes>>> g_pending;  // by g_mutex
 std::int64_t g_call_count = 0;                                                // guarded by g_mutex
-thread_local OpScope* t_open = nullptr;  // innermost open scope of this thread
+thread_local OpScope* t_open = nullptr;       // innermost open scope of this thread
+thread_local std::uint64_t t_ccl_scopes = 0;  // ccl_scopes_opened()
 
 TensorInfo info(const Tensor& t, std::string_view memory) {
   return {.shape = t.shape(), .dtype = t.dtype(), .memory = std::string(memory)};
@@ -52,6 +53,7 @@ OpType op_type_from_name(std::string_view name) {
 }
 
 bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+std::uint64_t ccl_scopes_opened() { return t_ccl_scopes; }
 void set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 void set_device_id(int id) { g_device.store(id, std::memory_order_relaxed); }
 int device_id() { return g_device.load(std::memory_order_relaxed); }
@@ -100,6 +102,7 @@ Session::~Session() {
 }
 
 OpScope::OpScope(std::string_view op_code, OpType type) {
+  if (type == OpType::ccl) ++t_ccl_scopes;
   // Inside a fused op's scope nothing is recorded (nor opened: deeper scopes see the fused one).
   if (!enabled() || (t_open != nullptr && t_open->fused_)) return;
   active_ = true;

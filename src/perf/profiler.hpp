@@ -21,6 +21,11 @@ namespace meshtest::perf {
 bool enabled();
 void set_enabled(bool on);
 
+/// The CCL scopes (OpType::ccl) this thread has opened so far, recorded or not (recording off,
+/// inside a fused op): a wrapper that records work as one op of its own (a CUDA graph of GPU
+/// ops: dist/testing/gpu_fused.hpp) compares two counts to see whether a collective ran inside.
+std::uint64_t ccl_scopes_opened();
+
 /// The device id stamped on new records (dist code sets it from the mesh; default 0).
 void set_device_id(int id);
 int device_id();

@@ -25,6 +25,7 @@
 #include "src/gpu/blas.hpp"
 #include "src/gpu/device_tensor.hpp"
 #include "src/gpu/experts.hpp"
+#include "src/gpu/graph.hpp"
 #include "src/gpu/linear.hpp"
 #include "src/gpu/moe.hpp"
 #include "src/gpu/rms_norm.hpp"
@@ -49,6 +50,9 @@ using test_support::unexplained_flips;
 
 constexpr DType kFloats[] = {DType::f32, DType::f64, DType::bf16};
 constexpr GatingOrder kOrders[] = {GatingOrder::TopKThenSoftmax, GatingOrder::SoftmaxThenTopK};
+constexpr Segments kSegments[] = {Segments::host, Segments::device};
+
+DeviceTensor on_gpu(const Tensor& t) { return DeviceTensor::from_host(t); }
 
 /// The default stream: every op below is followed by a copy back, which waits for it.
 constexpr cudaStream_t kStream = nullptr;
@@ -323,25 +327,46 @@ TEST(GpuPermutation, CapacityDropsTheCpusSlotsByEitherPolicy) {
   }
 }
 
-TEST(GpuGroupedGemm, SegmentsMatchTheCpuOpEmptyOnesIncluded) {
-  const std::vector<std::int64_t> offsets{0, 10, 10, 31, 31, 50};  // experts 1 and 3: no rows
+DeviceTensor offsets_on_gpu(const std::vector<std::int64_t>& offsets) {
+  return DeviceTensor::from_host(
+      Tensor::from_vector(Shape{static_cast<std::int64_t>(offsets.size())}, offsets));
+}
+
+TEST(GpuGroupedGemm, BothFormsMatchTheCpuOpEmptySegmentsAndEveryChunkSizeIncluded) {
+  // Rows per segment: empty segments between; fewer rows than the device form's smallest chunk
+  // (chunk = rows), empty segments first, between and last; one row; every row in the last
+  // segment; segments of many chunks with partial last ones at chunks of 16, 64 and 128 rows
+  // (a quarter of the mean segment).
+  const std::vector<std::vector<std::int64_t>> cases{
+      {10, 0, 21, 0, 19},       {0, 3, 0, 2, 0},  {1},         {0, 0, 40},
+      {200, 0, 70, 333, 17, 1}, {600, 900, 1, 0}, {2048, 2047}};
   for (const DType t : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(fmt::format("{}", t));
-    const Tensor x = random_normal({50, 24}, t, {.seed = 13});
-    const Tensor w = random_normal({5, 16, 24}, t, {.seed = 14}, 0.0, 0.2);
-    const Tensor b = random_normal({5, 16}, t, {.seed = 15});
-    Blas blas;
-    const DeviceTensor dx = DeviceTensor::from_host(x), dw = DeviceTensor::from_host(w);
-    const DeviceTensor db = DeviceTensor::from_host(b);
-    const DeviceTensor with_bias = gpu::grouped_gemm(blas, dx, offsets, dw, &db);
-    const DeviceTensor no_bias = gpu::grouped_gemm(blas, dx, offsets, dw);
-    blas.synchronize();
-    // 24 products and the bias; bf16: the CPU rounds the product and the bias sum apart.
-    const ErrorModel m{.dtype = t, .terms = 24 + 1, .roundings = t == DType::bf16 ? 2 : 0};
-    const Comparison c = compare(grouped_gemm(x, offsets, w, b), with_bias.to_host(), m);
-    EXPECT_TRUE(c.passed) << c;
-    const Comparison c0 = compare(grouped_gemm(x, offsets, w), no_bias.to_host(), m);
-    EXPECT_TRUE(c0.passed) << c0;
+    for (const std::vector<std::int64_t>& counts : cases) {
+      std::vector<std::int64_t> offsets{0};
+      for (const std::int64_t n : counts) offsets.push_back(offsets.back() + n);
+      const auto groups = static_cast<std::int64_t>(counts.size());
+      const Tensor x = random_normal({offsets.back(), 24}, t, {.seed = 23});
+      const Tensor w = random_normal({groups, 16, 24}, t, {.seed = 24}, 0.0, 0.2);
+      const Tensor b = random_normal({groups, 16}, t, {.seed = 25});
+      Blas blas;
+      const DeviceTensor dx = on_gpu(x), dw = on_gpu(w), db = on_gpu(b);
+      const DeviceTensor doff = offsets_on_gpu(offsets);
+      for (const bool device : {false, true}) {
+        SCOPED_TRACE(fmt::format("{}, rows per segment {}, offsets on the {}", t, counts,
+                                 device ? "device" : "host"));
+        const DeviceTensor with_bias = device ? gpu::grouped_gemm(blas, dx, doff, dw, &db)
+                                              : gpu::grouped_gemm(blas, dx, offsets, dw, &db);
+        const DeviceTensor no_bias = device ? gpu::grouped_gemm(blas, dx, doff, dw)
+                                            : gpu::grouped_gemm(blas, dx, offsets, dw);
+        blas.synchronize();
+        // 24 products and the bias; bf16: the CPU rounds the product and the bias sum apart.
+        const ErrorModel m{.dtype = t, .terms = 24 + 1, .roundings = t == DType::bf16 ? 2 : 0};
+        const Comparison c = compare(grouped_gemm(x, offsets, w, b), with_bias.to_host(), m);
+        EXPECT_TRUE(c.passed) << c;
+        const Comparison c0 = compare(grouped_gemm(x, offsets, w), no_bias.to_host(), m);
+        EXPECT_TRUE(c0.passed) << c0;
+      }
+    }
   }
 }
 
@@ -382,8 +407,6 @@ ErrorModel experts_model(const ExpertCase& c) {
           .roundings = c.t.dtype() == DType::bf16 ? 11 : 0};
 }
 
-DeviceTensor on_gpu(const Tensor& t) { return DeviceTensor::from_host(t); }
-
 /// The GPU routing of the CPU's choice.
 DeviceRouting routing_on_gpu(const Routing& r) {
   Tensor ids(Shape{r.num_tokens, r.k}, DType::i64);
@@ -393,20 +416,64 @@ DeviceRouting routing_on_gpu(const Routing& r) {
 }
 
 TEST(GpuExperts, FromTheCpusRoutingWithinTheModel) {
-  for (const DType d : {DType::f32, DType::bf16}) {
-    for (const auto& [tokens, e, k] : std::vector<std::array<std::int64_t, 3>>{
-             {1, 4, 2}, {37, 8, 2}, {37, 4, 4}, {20, 6, 1}, {128, 32, 4}, {0, 4, 2}}) {
-      const ExpertCase c = expert_case(tokens, e, k, d, 16);
-      SCOPED_TRACE(c.label);
-      const Routing r = route_top_k(linear(c.t, c.gate_w, c.gate_b), k);
-      Blas blas;
-      const DeviceTensor got = experts_routed(blas, on_gpu(c.t), routing_on_gpu(r), on_gpu(c.w1),
-                                              on_gpu(c.b1), on_gpu(c.w2), on_gpu(c.b2), c.p);
-      blas.synchronize();
-      const Tensor want = experts(c.t, c.gate_w, c.gate_b, c.w1, c.b1, c.w2, c.b2, c.p);
-      const Comparison cmp = compare(want, got.to_host(), experts_model(c));
-      EXPECT_TRUE(cmp.passed) << cmp;
+  for (const Segments segments : kSegments) {
+    for (const DType d : {DType::f32, DType::bf16}) {
+      for (const auto& [tokens, e, k] : std::vector<std::array<std::int64_t, 3>>{
+               {1, 4, 2}, {37, 8, 2}, {37, 4, 4}, {20, 6, 1}, {128, 32, 4}, {0, 4, 2}}) {
+        const ExpertCase c = expert_case(tokens, e, k, d, 16);
+        SCOPED_TRACE(fmt::format("{}, segments on the {}", c.label,
+                                 segments == Segments::host ? "host" : "device"));
+        const Routing r = route_top_k(linear(c.t, c.gate_w, c.gate_b), k);
+        Blas blas;
+        const DeviceTensor got =
+            experts_routed(blas, on_gpu(c.t), routing_on_gpu(r), on_gpu(c.w1), on_gpu(c.b1),
+                           on_gpu(c.w2), on_gpu(c.b2), c.p, segments);
+        blas.synchronize();
+        const Tensor want = experts(c.t, c.gate_w, c.gate_b, c.w1, c.b1, c.w2, c.b2, c.p);
+        const Comparison cmp = compare(want, got.to_host(), experts_model(c));
+        EXPECT_TRUE(cmp.passed) << cmp;
+      }
     }
+  }
+}
+
+TEST(GpuExperts, CapturedWithDeviceSegmentsAReplayIsTheEagerOpOnNewTokens) {
+  for (const DType d : {DType::f32, DType::bf16}) {
+    const ExpertCase c = expert_case(64, 8, 2, d, 21);
+    SCOPED_TRACE(c.label);
+    Blas blas;
+    DeviceTensor t = on_gpu(c.t);
+    const DeviceTensor gw = on_gpu(c.gate_w), gb = on_gpu(c.gate_b), w1 = on_gpu(c.w1),
+                       b1 = on_gpu(c.b1), w2 = on_gpu(c.w2), b2 = on_gpu(c.b2);
+    const auto run = [&] {
+      return gpu::experts(blas, t, gw, gb, w1, b1, w2, b2, c.p, Segments::device);
+    };
+    Graph g;
+    DeviceTensor y;
+    g.capture([&] { y = run(); });
+    ASSERT_TRUE(g.captured());
+    Tensor before;
+    for (int round = 0; round < 3; ++round) {
+      // New tokens in t's buffer: the graph routes them itself (a replay of the captured
+      // routing would give other experts than the eager call on them).
+      t.assign_slice(0, 0, on_gpu(random_normal({64, 24}, d, {.seed = 40U + round})));
+      g.replay();
+      g.synchronize();
+      const Tensor replayed = y.to_host();
+      const DeviceTensor eager = run();
+      blas.synchronize();
+      EXPECT_TRUE(eager.to_host().bitwise_equal(replayed)) << "round " << round;
+      EXPECT_FALSE(replayed.bitwise_equal(before)) << "round " << round << " repeats the last";
+      before = replayed;
+    }
+    Graph host_segments;
+    expect_error(
+        [&] {
+          host_segments.capture(
+              [&] { (void)gpu::experts(blas, t, gw, gb, w1, b1, w2, b2, c.p, Segments::host); });
+        },
+        {"gpu experts: Segments::host reads the experts' row counts back",
+         "capture with Segments::device"});
   }
 }
 
@@ -655,6 +722,19 @@ TEST(GpuMoe, BadInputIsAnErrorNamingIt) {
   expect_error([&] { (void)gpu::grouped_gemm(blas, x, bad_order, w); },
                {"offsets[1] = 6 > offsets[2] = 4"});
   expect_error([&] { (void)gpu::grouped_gemm(blas, x, few, w); }, {"2 offsets for 3 groups"});
+  // The same offsets on the device: clamped there, named after the stream.
+  expect_error([&] { (void)gpu::grouped_gemm(blas, x, offsets_on_gpu(bad_end), w); },
+               {"gpu grouped_gemm: the offsets on the device do not run from 0 to 10",
+                "the first bad one is offsets[3]"});
+  expect_error([&] { (void)gpu::grouped_gemm(blas, x, offsets_on_gpu(bad_order), w); },
+               {"the first bad one is offsets[2]"});
+  expect_error(
+      [&] {
+        (void)gpu::grouped_gemm(blas, x, offsets_on_gpu({1, 4, 4, 10}), w);
+      },
+      {"the first bad one is offsets[0]"});
+  expect_error([&] { (void)gpu::grouped_gemm(blas, x, offsets_on_gpu(few), w); },
+               {"gpu grouped_gemm: offsets are", "expected i64 [4] (w's groups + 1)"});
   expect_error(
       [&] {
         (void)gpu::grouped_gemm(blas, x, bad_end, DeviceTensor(Shape{3, 5, 3}, DType::f32));
