@@ -22,18 +22,52 @@ __device__ __forceinline__ float r(float v) {
   }
 }
 
+// gpt-oss's clamped SwiGLU of one (glu, linear) pair, each step rounded as on the host.
 template <class S>
-__global__ void swiglu_kernel(const S* x, S* y, std::int64_t rows, std::int64_t half, float alpha,
+__device__ __forceinline__ float swiglu_of(float xg, float xl, float alpha, float limit) {
+  const float glu = limit < xg ? limit : xg;                           // std::min(xg, limit)
+  const float lin = xl < -limit ? -limit : (limit < xl ? limit : xl);  // std::clamp
+  const float sig = r<S>(1.0f / (1.0f + expf(-r<S>(alpha * glu))));
+  return r<S>(r<S>(glu * sig) * r<S>(lin + 1.0f));
+}
+
+// Four pairs a thread: one 16-byte (bf16) or two (f32) loads of x [rows, 2 half] (pair i at
+// 2 i, 2 i + 1: the pairs of a row and of the next are contiguous), the four outputs stored
+// together, where x and y are 16-byte aligned (`quads`, as DeviceTensor's storage is); the
+// other pairs one at a time.
+template <class S>
+__global__ void swiglu_kernel(const S* x, S* y, std::int64_t n, bool quads_of_pairs, float alpha,
                               float limit) {
-  const std::int64_t n = rows * half;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float xg = load(x, 2 * i);  // row-major [rows, 2 half]: pair j of row r is 2 i, 2 i + 1
-    const float xl = load(x, 2 * i + 1);
-    const float glu = limit < xg ? limit : xg;                           // std::min(xg, limit)
-    const float lin = xl < -limit ? -limit : (limit < xl ? limit : xl);  // std::clamp
-    const float sig = r<S>(1.0f / (1.0f + expf(-r<S>(alpha * glu))));
-    store(y, i, r<S>(r<S>(glu * sig) * r<S>(lin + 1.0f)));
+  const std::int64_t quads = quads_of_pairs ? n / 4 : 0;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t q = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; q < quads;
+       q += stride) {
+    float v[8];
+    if constexpr (sizeof(S) == 2) {
+      const uint4 w = reinterpret_cast<const uint4*>(x)[q];
+      const unsigned words[4] = {w.x, w.y, w.z, w.w};
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = widen(static_cast<std::uint16_t>(words[j] & 0xffffu));
+        v[2 * j + 1] = widen(static_cast<std::uint16_t>(words[j] >> 16));
+      }
+      uint2 out;
+      out.x = narrow(swiglu_of<S>(v[0], v[1], alpha, limit)) |
+              (static_cast<unsigned>(narrow(swiglu_of<S>(v[2], v[3], alpha, limit))) << 16);
+      out.y = narrow(swiglu_of<S>(v[4], v[5], alpha, limit)) |
+              (static_cast<unsigned>(narrow(swiglu_of<S>(v[6], v[7], alpha, limit))) << 16);
+      reinterpret_cast<uint2*>(y)[q] = out;
+    } else {
+      const float4 a = reinterpret_cast<const float4*>(x)[2 * q];
+      const float4 b = reinterpret_cast<const float4*>(x)[2 * q + 1];
+      reinterpret_cast<float4*>(y)[q] =
+          make_float4(swiglu_of<S>(a.x, a.y, alpha, limit), swiglu_of<S>(a.z, a.w, alpha, limit),
+                      swiglu_of<S>(b.x, b.y, alpha, limit), swiglu_of<S>(b.z, b.w, alpha, limit));
+    }
+  }
+  for (std::int64_t i =
+           4 * quads + blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += stride) {
+    store(y, i, swiglu_of<S>(load(x, 2 * i), load(x, 2 * i + 1), alpha, limit));
   }
 }
 
@@ -114,13 +148,16 @@ cudaError_t launch_swiglu(Float t, const void* x, void* y, std::int64_t rows, st
                           float alpha, float limit, cudaStream_t stream) {
   const std::int64_t n = rows * half;
   if (n == 0) return cudaSuccess;
+  const bool quads = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+                     reinterpret_cast<std::uintptr_t>(y) % 16 == 0 && n >= 4;
+  const unsigned grid = blocks_for(quads ? n / 4 : n);
   if (t == Float::bf16) {
-    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const std::uint16_t*>(x),
-                                                          static_cast<std::uint16_t*>(y), rows,
-                                                          half, alpha, limit);
+    swiglu_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const std::uint16_t*>(x),
+                                                 static_cast<std::uint16_t*>(y), n, quads, alpha,
+                                                 limit);
   } else {
-    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<float*>(y), rows, half, alpha, limit);
+    swiglu_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x),
+                                                 static_cast<float*>(y), n, quads, alpha, limit);
   }
   return cudaGetLastError();
 }

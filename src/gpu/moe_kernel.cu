@@ -219,30 +219,28 @@ __global__ void scatter_kernel(const std::int64_t* chosen, std::int64_t slots_n,
 template <class E>
 __global__ void gather_rows_kernel(const E* x, const std::int64_t* slots, std::int64_t rows,
                                    std::int64_t k, std::int64_t cols, E* out) {
-  const std::int64_t n = rows * cols;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = i / cols;
-    out[i] = x[(slots[r] / k) * cols + i % cols];
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const E* src = x + (slots[r] / k) * cols;
+    E* dst = out + r * cols;
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
   }
 }
 
+// One block per token (grid-strided), its threads over the columns.
 template <class S>
 __global__ void unpermute_kernel(const S* y, const std::int64_t* row_of_slot, const S* weights,
                                  std::int64_t tokens, std::int64_t k, std::int64_t cols, S* out) {
   using A = Arith<S>;
   using C = typename A::C;
-  const std::int64_t n = tokens * cols;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t t = i / cols;
-    const std::int64_t c = i % cols;
-    C acc = 0;
-    for (std::int64_t j = 0; j < k; ++j) {
-      const std::int64_t row = row_of_slot[t * k + j];
-      if (row >= 0) acc = add(acc, mul(A::load(weights, t * k + j), A::load(y, row * cols + c)));
+  for (std::int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      C acc = 0;
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::int64_t row = row_of_slot[t * k + j];
+        if (row >= 0) acc = add(acc, mul(A::load(weights, t * k + j), A::load(y, row * cols + c)));
+      }
+      A::store(out, t * cols + c, acc);
     }
-    A::store(out, i, acc);
   }
 }
 
@@ -518,28 +516,33 @@ cudaError_t launch_gather_rows(const void* x, const std::int64_t* slots, std::in
                                std::int64_t k, std::int64_t row_bytes, int element_bytes, void* out,
                                cudaStream_t stream) {
   if (rows == 0 || row_bytes == 0) return cudaSuccess;
-  const std::int64_t cols = row_bytes / element_bytes;
-  const unsigned grid = blocks_for(rows * cols);
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8) {
+    return cudaErrorInvalidValue;
+  }
+  // A copy of bytes: the widest word (16 bytes down to one) that divides a row and both
+  // buffers' addresses.
+  const auto aligned = [&](std::int64_t w) {
+    return row_bytes % w == 0 && reinterpret_cast<std::uintptr_t>(x) % w == 0 &&
+           reinterpret_cast<std::uintptr_t>(out) % w == 0;
+  };
+  const unsigned grid = static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
   const auto gather = [&](auto tag) {
     using E = decltype(tag);
-    gather_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const E*>(x), slots, rows, k,
-                                                      cols, static_cast<E*>(out));
+    const std::int64_t cols = row_bytes / static_cast<std::int64_t>(sizeof(E));
+    const int threads = cols < kThreads ? static_cast<int>((cols + 31) / 32 * 32) : kThreads;
+    gather_rows_kernel<<<grid, threads, 0, stream>>>(static_cast<const E*>(x), slots, rows, k, cols,
+                                                     static_cast<E*>(out));
   };
-  switch (element_bytes) {
-    case 1:
-      gather(std::uint8_t{});
-      break;
-    case 2:
-      gather(std::uint16_t{});
-      break;
-    case 4:
-      gather(std::uint32_t{});
-      break;
-    case 8:
-      gather(std::uint64_t{});
-      break;
-    default:
-      return cudaErrorInvalidValue;
+  if (aligned(16)) {
+    gather(uint4{});
+  } else if (aligned(8)) {
+    gather(std::uint64_t{});
+  } else if (aligned(4)) {
+    gather(std::uint32_t{});
+  } else if (aligned(2)) {
+    gather(std::uint16_t{});
+  } else {
+    gather(std::uint8_t{});
   }
   return cudaGetLastError();
 }
@@ -550,9 +553,11 @@ cudaError_t launch_unpermute(RouterFloat t, const void* y, const std::int64_t* r
   if (tokens == 0 || cols == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using S = decltype(tag);
-    unpermute_kernel<S><<<blocks_for(tokens * cols), kThreads, 0, stream>>>(
-        static_cast<const S*>(y), row_of_slot, static_cast<const S*>(weights), tokens, k, cols,
-        static_cast<S*>(out));
+    const unsigned grid = static_cast<unsigned>(tokens < kMaxBlocks ? tokens : kMaxBlocks);
+    const int threads = cols < kThreads ? static_cast<int>((cols + 31) / 32 * 32) : kThreads;
+    unpermute_kernel<S><<<grid, threads, 0, stream>>>(static_cast<const S*>(y), row_of_slot,
+                                                      static_cast<const S*>(weights), tokens, k,
+                                                      cols, static_cast<S*>(out));
     return cudaGetLastError();
   });
 }
