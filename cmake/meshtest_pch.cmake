@@ -37,11 +37,13 @@ set(MESHTEST_PCH_MPI ${MESHTEST_PCH_DIST} <gtest/gtest.h> <gmock/gmock.h>
 # programs' C++ files share one set of precompiled headers (group gpu_tests, both folders alike);
 # a library's files take none (they compile with -fPIC, a program's with -fPIE, and GCC ignores a
 # PCH built with the other), nor do .cu files (SKIP_PRECOMPILE_HEADERS on those that share a
-# target with C++ files).
+# target with C++ files). Every target gets MESHTEST_SOURCE_DIR (the fixtures' root), one set of
+# definitions for the shared headers.
 function(meshtest_gpu_test_folder)
   get_property(targets DIRECTORY PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t IN LISTS targets)
     target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+    target_compile_definitions(${t} PRIVATE MESHTEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     get_target_property(sources ${t} SOURCES)
     get_target_property(type ${t} TYPE)
     list(FILTER sources INCLUDE REGEX "\\.cpp$")

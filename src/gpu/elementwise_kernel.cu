@@ -3,6 +3,7 @@
 #include "src/gpu/elementwise_kernel.hpp"
 
 #include "src/gpu/bf16_device.cuh"
+#include "src/gpu/row_words.cuh"
 
 #include <cstdint>
 
@@ -91,6 +92,20 @@ __global__ void swiglu_backward_kernel(const float* x, const float* grad_out, fl
     const float gc = grad_out[c];
     grad_x[2 * c] = x_glu <= limit ? gc * (l + 1.0f) * s * (1.0f + alpha * g * (1.0f - s)) : 0.0f;
     grad_x[2 * c + 1] = fabsf(x_lin) <= limit ? gc * g * s : 0.0f;
+  }
+}
+
+// One block per output row (grid-strided), its threads over the row's words.
+template <class W>
+__global__ void embedding_rows_kernel(const W* table, std::int64_t table_rows, std::int64_t first,
+                                      const std::int64_t* ids, std::int64_t n, std::int64_t words,
+                                      W* out) {
+  for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const std::int64_t row = ids[i] - first;
+    const bool here = row >= 0 && row < table_rows;
+    for (std::int64_t c = threadIdx.x; c < words; c += blockDim.x) {
+      out[i * words + c] = here ? table[row * words + c] : W{};
+    }
   }
 }
 
@@ -213,6 +228,20 @@ cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64
     broadcast_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
         static_cast<const float*>(bias), static_cast<float*>(y), rows, cols);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_embedding_rows(const void* table, std::int64_t table_rows, std::int64_t first,
+                                  const std::int64_t* ids, std::int64_t n, std::int64_t row_bytes,
+                                  void* out, cudaStream_t stream) {
+  if (n == 0 || row_bytes == 0) return cudaSuccess;
+  const unsigned grid = static_cast<unsigned>(n < kMaxBlocks ? n : kMaxBlocks);
+  with_row_words(row_bytes, table, out, [&](auto tag) {
+    using W = decltype(tag);
+    const std::int64_t words = row_bytes / static_cast<std::int64_t>(sizeof(W));
+    embedding_rows_kernel<<<grid, row_threads(words, kThreads), 0, stream>>>(
+        static_cast<const W*>(table), table_rows, first, ids, n, words, static_cast<W*>(out));
+  });
   return cudaGetLastError();
 }
 

@@ -48,4 +48,11 @@ cudaError_t launch_apply_rope(Float t, const void* x, const void* cos, const voi
 cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64_t rows,
                                   std::int64_t cols, cudaStream_t stream);
 
+/// Queues out[i, :] = table[ids[i] - first, :] where first <= ids[i] < first + table_rows, else
+/// zeros, for i < n: rows of `row_bytes` bytes, copied as bytes (in the widest of 16, 8, 4, 2 or
+/// 1 that divides a row and both buffers' addresses). Returns the launch's error.
+cudaError_t launch_embedding_rows(const void* table, std::int64_t table_rows, std::int64_t first,
+                                  const std::int64_t* ids, std::int64_t n, std::int64_t row_bytes,
+                                  void* out, cudaStream_t stream);
+
 }  // namespace meshtest::gpu::detail

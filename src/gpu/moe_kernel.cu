@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "src/gpu/bf16_device.cuh"
+#include "src/gpu/row_words.cuh"
 
 namespace meshtest::gpu::detail {
 namespace {
@@ -519,31 +520,14 @@ cudaError_t launch_gather_rows(const void* x, const std::int64_t* slots, std::in
   if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8) {
     return cudaErrorInvalidValue;
   }
-  // A copy of bytes: the widest word (16 bytes down to one) that divides a row and both
-  // buffers' addresses.
-  const auto aligned = [&](std::int64_t w) {
-    return row_bytes % w == 0 && reinterpret_cast<std::uintptr_t>(x) % w == 0 &&
-           reinterpret_cast<std::uintptr_t>(out) % w == 0;
-  };
+  // A copy of bytes, in the widest word that divides a row and both buffers' addresses.
   const unsigned grid = static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
-  const auto gather = [&](auto tag) {
+  with_row_words(row_bytes, x, out, [&](auto tag) {
     using E = decltype(tag);
     const std::int64_t cols = row_bytes / static_cast<std::int64_t>(sizeof(E));
-    const int threads = cols < kThreads ? static_cast<int>((cols + 31) / 32 * 32) : kThreads;
-    gather_rows_kernel<<<grid, threads, 0, stream>>>(static_cast<const E*>(x), slots, rows, k, cols,
-                                                     static_cast<E*>(out));
-  };
-  if (aligned(16)) {
-    gather(uint4{});
-  } else if (aligned(8)) {
-    gather(std::uint64_t{});
-  } else if (aligned(4)) {
-    gather(std::uint32_t{});
-  } else if (aligned(2)) {
-    gather(std::uint16_t{});
-  } else {
-    gather(std::uint8_t{});
-  }
+    gather_rows_kernel<<<grid, row_threads(cols, kThreads), 0, stream>>>(
+        static_cast<const E*>(x), slots, rows, k, cols, static_cast<E*>(out));
+  });
   return cudaGetLastError();
 }
 
@@ -554,10 +538,9 @@ cudaError_t launch_unpermute(RouterFloat t, const void* y, const std::int64_t* r
   return by_type(t, [&](auto tag) {
     using S = decltype(tag);
     const unsigned grid = static_cast<unsigned>(tokens < kMaxBlocks ? tokens : kMaxBlocks);
-    const int threads = cols < kThreads ? static_cast<int>((cols + 31) / 32 * 32) : kThreads;
-    unpermute_kernel<S><<<grid, threads, 0, stream>>>(static_cast<const S*>(y), row_of_slot,
-                                                      static_cast<const S*>(weights), tokens, k,
-                                                      cols, static_cast<S*>(out));
+    unpermute_kernel<S><<<grid, row_threads(cols, kThreads), 0, stream>>>(
+        static_cast<const S*>(y), row_of_slot, static_cast<const S*>(weights), tokens, k, cols,
+        static_cast<S*>(out));
     return cudaGetLastError();
   });
 }

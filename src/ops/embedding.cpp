@@ -28,10 +28,7 @@ Tensor embedding_shard(std::span<const std::int64_t> tokens, const Tensor& shard
   scope.input(shard).attr("tokens", tokens.size()).attr("first_id", first_id).attr("vocab", vocab);
   detail::check_rank("embedding", "table ([vocab, hidden])", shard, 2);
   const std::int64_t rows = shard.shape()[0];
-  MESHTEST_CHECK(first_id >= 0 && first_id + rows <= vocab,
-                 "embedding: shard rows [{}, {}) are outside the vocabulary [0, {})", first_id,
-                 first_id + rows, vocab);
-  check_tokens(tokens, vocab);
+  check_embedding_shard(tokens, first_id, rows, vocab);
   const auto tokens_n = static_cast<std::int64_t>(tokens.size());
   Tensor out(Shape{tokens_n, shard.shape()[1]}, shard.dtype());
   for (std::int64_t i = 0; i < tokens_n; ++i) {
@@ -40,6 +37,14 @@ Tensor embedding_shard(std::span<const std::int64_t> tokens, const Tensor& shard
   }
   scope.output(out).bytes(static_cast<std::int64_t>(out.nbytes()));
   return out;
+}
+
+void check_embedding_shard(std::span<const std::int64_t> tokens, std::int64_t first_id,
+                           std::int64_t rows, std::int64_t vocab) {
+  MESHTEST_CHECK(first_id >= 0 && first_id + rows <= vocab,
+                 "embedding: shard rows [{}, {}) are outside the vocabulary [0, {})", first_id,
+                 first_id + rows, vocab);
+  check_tokens(tokens, vocab);
 }
 
 }  // namespace meshtest

@@ -22,4 +22,9 @@ Tensor embedding(std::span<const std::int64_t> tokens, const Tensor& table);
 Tensor embedding_shard(std::span<const std::int64_t> tokens, const Tensor& shard,
                        std::int64_t first_id, std::int64_t vocab);
 
+/// embedding_shard's checks of a shard of `rows` rows from first_id and of the tokens, for the
+/// GPU op of the same contract (src/gpu/embedding.hpp). Throws its Errors.
+void check_embedding_shard(std::span<const std::int64_t> tokens, std::int64_t first_id,
+                           std::int64_t rows, std::int64_t vocab);
+
 }  // namespace meshtest

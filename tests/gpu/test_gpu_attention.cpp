@@ -5,7 +5,8 @@
 // qkv_rope within the model of its Linear (and its split and rotation exact); attention with
 // sinks within the model of the CPU's flash form (prefill, decode against a cache, the sliding
 // window, GQA, rows that see no key, a prefill of 8192 tokens); the KV cache's writes and reads
-// bit for bit against the CPU's, and decode steps against it; the bad inputs.
+// bit for bit against the CPU's, and decode steps against it; the model's input, the rows of a
+// vocab shard of the embedding (src/gpu/embedding.hpp), bit for bit; the bad inputs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -21,11 +22,13 @@
 #include "src/core/random.hpp"
 #include "src/gpu/blas.hpp"
 #include "src/gpu/device_tensor.hpp"
+#include "src/gpu/embedding.hpp"
 #include "src/gpu/kv_cache.hpp"
 #include "src/gpu/linear.hpp"
 #include "src/gpu/qkv_rope.hpp"
 #include "src/gpu/rope.hpp"
 #include "src/gpu/sdpa.hpp"
+#include "src/ops/embedding.hpp"
 #include "src/ops/kv_cache.hpp"
 #include "src/ops/qkv_rope.hpp"
 #include "src/ops/rope.hpp"
@@ -306,6 +309,27 @@ TEST(GpuKvCache, WritesAndReadsAreTheCpusAndDecodeAttendsThroughIt) {
                {"gpu KvCache::window_begin: position 4 must be in [0, 4)"});
   expect_error([] { DeviceKvCache bad(4, 1, 32, DType::f64); },
                {"gpu KvCache: dtype f64 is not f32 or bf16"});
+}
+
+TEST(GpuEmbedding, AShardsRowsAreTheCpusBits) {
+  // Rows of every width class (a row of 6 bf16 bytes: 2-byte words; 64 f32: 16-byte ones), ids
+  // in and out of the shard (zeros there), none; bad ids and shards as the CPU op's Errors.
+  for (const auto& [dtype, hidden] : std::vector<std::pair<DType, std::int64_t>>{
+           {DType::bf16, 3}, {DType::bf16, 64}, {DType::f32, 5}, {DType::f32, 64}}) {
+    SCOPED_TRACE(fmt::format("{} hidden {}", dtype, hidden));
+    const Tensor shard = random_normal({10, hidden}, dtype, {.seed = 61});
+    const std::vector<std::int64_t> ids{20, 29, 3, 25, 35, 20, 0};  // rows 20 .. 29 here
+    const DeviceTensor got = embedding_shard(ids, DeviceTensor::from_host(shard), 20, 40, kStream);
+    EXPECT_TRUE(got.to_host().bitwise_equal(meshtest::embedding_shard(ids, shard, 20, 40)));
+    EXPECT_EQ(embedding_shard({}, DeviceTensor::from_host(shard), 20, 40, kStream).shape(),
+              (Shape{0, hidden}));
+  }
+  const DeviceTensor shard = DeviceTensor::from_host(random_normal({10, 4}, DType::f32, {}));
+  const std::vector<std::int64_t> bad{1, 40};
+  expect_error([&] { (void)embedding_shard(bad, shard, 20, 40, kStream); },
+               {"embedding: token 40 at position 1 is outside the vocabulary [0, 40)"});
+  expect_error([&] { (void)embedding_shard({}, shard, 35, 40, kStream); },
+               {"embedding: shard rows [35, 45) are outside the vocabulary [0, 40)"});
 }
 
 TEST(GpuRope, BadInputIsAnErrorNamingIt) {
