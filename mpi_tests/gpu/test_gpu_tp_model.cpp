@@ -4,9 +4,10 @@
 // (model_chain) and PCC: the prefill on every mesh of the world (1 x N: TP over all; N x 1: the
 // tokens split; 2 x 2 at 4), constant and random weights, f32 and bf16; a prefill then decode
 // steps over per-device KV caches; a batch decode of three sequences at their own positions;
-// the published model's logits (tests/fixtures/gpt_oss_published) on the GPU; bad input, the
-// same Error on every device. At a world of 3 the config has 12 heads over 6 kv heads and 48
-// units, so that TP over 3 divides them.
+// the blocks alone; the expert-parallel model (ep_transformer: experts on either axis, TP on the
+// other) prefill and steps; the published model's logits (tests/fixtures/gpt_oss_published) on
+// the GPU; bad input, the same Error on every device. At a world of 3 the config has 12 heads over
+// 6 kv heads and 48 units, so that TP over 3 divides them.
 //
 // The routing rule: the GPU's router sums in cuBLASLt's order, so a token whose k-th and
 // (k+1)-th router logits lie within their error of each other may take another expert, and its
@@ -101,6 +102,34 @@ TEST(GpuTpModel, PrefillMatchesTheCpuModelOnEveryMesh) {
   }
 }
 
+TEST(GpuTpModel, BlocksMatchTheCpuBlocks) {
+  // Layer 0 (the sliding window) and layer 1 (full attention), one activation on every mesh:
+  // tp_transformer_block on this device's token shard against transformer_block.
+  const GptOssConfig c = config();
+  const Tensor x = tp_test::input(c, DType::bf16);
+  for (const auto& [rows, cols] : meshes()) {
+    const MeshDevice& mesh = gpu::mesh_of(rows, cols);
+    const Model m = model_on(mesh, c, DType::bf16, RandomInit{8});
+    mg::Blas blas;
+    for (const std::int64_t layer : {0, 1}) {
+      const std::vector<GpuCacheSegment> one{{.cache = nullptr, .first = 0, .rows = x.shape()[0]}};
+      tp_test::expect_tp_matches(
+          mesh, x,
+          [&](const Tensor& full) {
+            return transformer_block(full, m.full.blocks[static_cast<std::size_t>(layer)], c, layer,
+                                     {.fused = true});
+          },
+          [&](const Tensor& local) {
+            return tp_transformer_block(mesh, blas, DeviceTensor::from_host(local),
+                                        m.gpu.blocks[static_cast<std::size_t>(layer)], c, layer,
+                                        one)
+                .to_host();
+          },
+          fmt::format("gpu block {} bf16", layer), block_chain(c, x.shape()[0], m.tp.size));
+    }
+  }
+}
+
 TEST(GpuTpModel, PrefillThenDecodeStepsAsTheCpuModel) {
   // Seven tokens of prefill, then four steps of one token each, on per-device caches (each step
   // past the sliding window of the even layers reads a window of the cache), and one step of
@@ -151,6 +180,50 @@ TEST(GpuTpModel, BatchDecodeAsTheCpuModel) {
     for (std::size_t i = 0; i < caches.size(); ++i) EXPECT_EQ(caches[i].length, cpu[i].length);
     expect_logits(mesh, want, got, c, 10, m.tp.size, "gpu batch decode bf16");
   }
+}
+
+TEST(GpuTpModel, ExpertParallelModelMatchesTheCpuModel) {
+  // The experts placed on either axis (contiguous), their units and the heads split over the
+  // other where it divides them: ep_transformer's prefill, then a prefill of seven tokens and a
+  // decode step over caches, against the CPU single-device model.
+  const GptOssConfig c = config();
+  int ran = 0;
+  for (const auto& [rows, cols] : meshes()) {
+    const MeshDevice& mesh = gpu::mesh_of(rows, cols);
+    for (const int ep_axis : {0, 1}) {
+      if (!tp_test::tp_divides(c, mesh, 1 - ep_axis)) continue;
+      const EpOptions o{.ep_axis = ep_axis};
+      const TpRank ep = ep_rank(mesh, o), tp = ep_tp_rank(mesh, o);
+      const ExpertPlacement placement =
+          place_experts(ExpertAssignment::Contiguous, c.num_experts, ep.size);
+      const TransformerWeights full = init_transformer_weights(c, DType::bf16, RandomInit{3});
+      const GpuEpTransformerWeights w =
+          to_gpu(shard_ep_transformer_weights(weight_source(full, c), c, placement, ep.index, tp));
+      mg::Blas blas;
+      const auto expect = [&](const Tensor& want, const DeviceTensor& got, std::int64_t keys,
+                              const std::string& what) {
+        tp_test::expect_tp_matches_full(
+            mesh, {}, [&](const std::vector<Tensor>&) { return want; },
+            [&](const std::vector<Tensor>&) { return got.to_host(); },
+            tp_logits_placements({.tp_axis = 1 - ep_axis}),
+            model_chain(c, keys, tp.size).model(DType::bf16),
+            fmt::format("gpu ep model ep_axis {} {}", ep_axis, what));
+      };
+      expect(transformer(kTokens, full, c, {.fused = true}),
+             ep_transformer(mesh, blas, kTokens, w, c, {}, o),
+             static_cast<std::int64_t>(kTokens.size()), "prefill");
+      GpuModelKvCache cache(mesh, c, 16, DType::bf16, {.tp_axis = 1 - ep_axis});
+      ModelKvCache cpu(c, 16, DType::bf16);
+      for (const std::vector<std::int64_t>& step :
+           std::vector<std::vector<std::int64_t>>{{3, 17, 127, 0, 64, 17, 5}, {99}}) {
+        const DeviceTensor got = ep_transformer_step(mesh, blas, step, w, c, cache, {}, o);
+        const Tensor want = transformer_step(step, full, c, cpu, {.fused = true});
+        expect(want, got, cpu.length, fmt::format("step to {}", cpu.length));
+      }
+      ++ran;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no axis size divides the heads";
 }
 
 TEST(GpuTpModel, MatchesThePublishedModel) {

@@ -2,7 +2,9 @@
 // model's embedding, blocks and unembedding for a prefill, a step and a batch decode.
 #include "dist/gpu/parallel/tp_transformer.hpp"
 
+#include <algorithm>
 #include <array>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,7 +26,14 @@ namespace {
 
 namespace g = meshtest::gpu;
 
-DeviceTensor f32_on_gpu(const Tensor& t) { return DeviceTensor::from_host(t.astype(DType::f32)); }
+/// t on the GPU; nothing for a tensor without storage (a default Tensor: an EP model's blocks
+/// hold no TP MLP).
+DeviceTensor on_gpu(const Tensor& t) {
+  return t.nbytes() == 0 ? DeviceTensor{} : DeviceTensor::from_host(t);
+}
+DeviceTensor f32_on_gpu(const Tensor& t) {
+  return t.nbytes() == 0 ? DeviceTensor{} : DeviceTensor::from_host(t.astype(DType::f32));
+}
 
 /// x + y in x's dtype (the CPU add's bits), complete when it returns.
 DeviceTensor residual(g::Blas& blas, const DeviceTensor& x, const DeviceTensor& y) {
@@ -115,14 +124,14 @@ void check_segments(std::span<const GpuCacheSegment> segments, std::int64_t kv_h
 GpuBlockShard to_gpu(const BlockWeights& shard) {
   return {.attn_norm = f32_on_gpu(shard.attn.norm_scale),
           .projection = to_device(shard.attn),
-          .sinks = DeviceTensor::from_host(shard.attn.sinks),
+          .sinks = on_gpu(shard.attn.sinks),
           .mlp_norm = f32_on_gpu(shard.mlp.norm_scale),
-          .gate_weight = DeviceTensor::from_host(shard.mlp.gate_weight),
-          .gate_bias = DeviceTensor::from_host(shard.mlp.gate_bias),
-          .mlp1_weight = DeviceTensor::from_host(shard.mlp.mlp1_weight),
-          .mlp1_bias = DeviceTensor::from_host(shard.mlp.mlp1_bias),
-          .mlp2_weight = DeviceTensor::from_host(shard.mlp.mlp2_weight),
-          .mlp2_bias = DeviceTensor::from_host(shard.mlp.mlp2_bias)};
+          .gate_weight = on_gpu(shard.mlp.gate_weight),
+          .gate_bias = on_gpu(shard.mlp.gate_bias),
+          .mlp1_weight = on_gpu(shard.mlp.mlp1_weight),
+          .mlp1_bias = on_gpu(shard.mlp.mlp1_bias),
+          .mlp2_weight = on_gpu(shard.mlp.mlp2_weight),
+          .mlp2_bias = on_gpu(shard.mlp.mlp2_bias)};
 }
 
 GpuTpTransformerWeights to_gpu(const TpTransformerWeights& w) {
@@ -132,6 +141,12 @@ GpuTpTransformerWeights to_gpu(const TpTransformerWeights& w) {
                               .norm_scale = f32_on_gpu(w.norm_scale),
                               .unembedding = DeviceTensor::from_host(w.unembedding)};
   for (const BlockWeights& b : w.blocks) out.blocks.push_back(to_gpu(b));
+  return out;
+}
+
+GpuEpTransformerWeights to_gpu(const EpTransformerWeights& w) {
+  GpuEpTransformerWeights out{.tp = to_gpu(w.tp), .mlp = {}};
+  for (const EpMlpWeights& m : w.mlp) out.mlp.push_back(to_gpu(m));
   return out;
 }
 
@@ -264,12 +279,16 @@ DeviceTensor tp_transformer_block(const MeshDevice& mesh, g::Blas& blas, const D
 
 namespace {
 
+/// A block's MLP: layer n's, on the attention block's output h.
+using MlpBlockFn = std::function<DeviceTensor(const DeviceTensor& h, std::int64_t n)>;
+
 /// The model over `caches` (none: a prefill without caches), rows[i] of the step's tokens going
-/// to caches[i]: the checks (agreed), the embedding, the blocks, the final norm and the
-/// unembedding; the caches' lengths advanced after the last block.
+/// to caches[i]: the checks (agreed), the embedding, the blocks (attention, then `mlp`, whose
+/// weights hold `mlps` blocks), the final norm and the unembedding; the caches' lengths advanced
+/// after the last block.
 DeviceTensor run_model(const MeshDevice& mesh, g::Blas& blas, std::span<const std::int64_t> tokens,
-                       const GpuTpTransformerWeights& w, const GptOssConfig& c,
-                       const TransformerOptions& options, const TpOptions& o,
+                       const GpuTpTransformerWeights& w, std::size_t mlps, const MlpBlockFn& mlp,
+                       const GptOssConfig& c, const TransformerOptions& options, const TpOptions& o,
                        std::span<GpuModelKvCache> caches, std::span<const std::int64_t> rows,
                        std::string_view op) {
   const int tokens_axis = token_axis(o);
@@ -286,13 +305,14 @@ DeviceTensor run_model(const MeshDevice& mesh, g::Blas& blas, std::span<const st
                       "{}: num_layers is {}, expected -1 (all) or 0 .. {}", op, options.num_layers,
                       c.num_hidden_layers);
   check_and_agree(mesh.comm(), op, [&] {
-    MESHTEST_DIST_CHECK(static_cast<std::int64_t>(w.blocks.size()) >= layers &&
+    MESHTEST_DIST_CHECK(static_cast<std::int64_t>(std::min(w.blocks.size(), mlps)) >= layers &&
                             w.embedding.rank() == 2 && w.embedding.shape()[0] == w.vocab.size &&
                             w.unembedding.rank() == 2 && w.unembedding.shape()[0] == w.vocab.size,
                         "{}: the weights hold {} blocks and embedding {} / unembedding {} for "
                         "vocab rows [{}, {}); expected >= {} blocks and [{}, hidden] tables",
-                        op, w.blocks.size(), g::describe(w.embedding), g::describe(w.unembedding),
-                        w.vocab.start, w.vocab.start + w.vocab.size, layers, w.vocab.size);
+                        op, std::min(w.blocks.size(), mlps), g::describe(w.embedding),
+                        g::describe(w.unembedding), w.vocab.start, w.vocab.start + w.vocab.size,
+                        layers, w.vocab.size);
     for (std::size_t i = 0; i < caches.size(); ++i) {
       const GpuModelKvCache& cache = caches[i];
       MESHTEST_DIST_CHECK(static_cast<std::int64_t>(cache.layers.size()) == layers,
@@ -327,14 +347,32 @@ DeviceTensor run_model(const MeshDevice& mesh, g::Blas& blas, std::span<const st
                             .rows = rows[i]});
       }
     }
-    x = tp_transformer_block(mesh, blas, x, w.blocks[static_cast<std::size_t>(n)], c, n, segments,
-                             o);
+    const perf::OpScope block("transformer_block");
+    const DeviceTensor h = tp_attention_block(mesh, blas, x, w.blocks[static_cast<std::size_t>(n)],
+                                              c.attention_params(n), segments, o);
+    x = mlp(h, n);
   }
   for (std::size_t i = 0; i < caches.size(); ++i) caches[i].length += rows[i];
   DeviceTensor logits =
       g::linear(blas, g::rms_norm(x, w.norm_scale, stream, c.norm_eps), w.unembedding);
   blas.synchronize();
   return logits;
+}
+
+/// The TP model's MLPs: tp_mlp_block of layer n's shard.
+MlpBlockFn tp_mlps(const MeshDevice& mesh, g::Blas& blas, const GpuTpTransformerWeights& w,
+                   const GptOssConfig& c, const TpOptions& o) {
+  return [&mesh, &blas, &w, p = c.moe_params(), o](const DeviceTensor& h, std::int64_t n) {
+    return tp_mlp_block(mesh, blas, h, w.blocks[static_cast<std::size_t>(n)], p, o);
+  };
+}
+
+/// The expert-parallel model's MLPs: ep_mlp_block of layer n's shard.
+MlpBlockFn ep_mlps(const MeshDevice& mesh, g::Blas& blas, const GpuEpTransformerWeights& w,
+                   const GptOssConfig& c, const EpOptions& o) {
+  return [&mesh, &blas, &w, p = c.moe_params(), o](const DeviceTensor& h, std::int64_t n) {
+    return ep_mlp_block(mesh, blas, h, w.mlp[static_cast<std::size_t>(n)], p, o);
+  };
 }
 
 }  // namespace
@@ -344,7 +382,8 @@ DeviceTensor tp_transformer(const MeshDevice& mesh, g::Blas& blas,
                             const GptOssConfig& c, const TransformerOptions& options,
                             const TpOptions& o) {
   perf::OpScope scope("tp_transformer");
-  return run_model(mesh, blas, tokens, w, c, options, o, {}, {}, "tp_transformer");
+  return run_model(mesh, blas, tokens, w, w.blocks.size(), tp_mlps(mesh, blas, w, c, o), c, options,
+                   o, {}, {}, "tp_transformer");
 }
 
 DeviceTensor tp_transformer_step(const MeshDevice& mesh, g::Blas& blas,
@@ -354,7 +393,8 @@ DeviceTensor tp_transformer_step(const MeshDevice& mesh, g::Blas& blas,
                                  const TpOptions& o) {
   perf::OpScope scope("tp_transformer_step");
   const std::array<std::int64_t, 1> rows{static_cast<std::int64_t>(tokens.size())};
-  return run_model(mesh, blas, tokens, w, c, options, o, {&cache, 1}, rows, "tp_transformer_step");
+  return run_model(mesh, blas, tokens, w, w.blocks.size(), tp_mlps(mesh, blas, w, c, o), c, options,
+                   o, {&cache, 1}, rows, "tp_transformer_step");
 }
 
 DeviceTensor tp_transformer_decode(const MeshDevice& mesh, g::Blas& blas,
@@ -368,7 +408,28 @@ DeviceTensor tp_transformer_decode(const MeshDevice& mesh, g::Blas& blas,
                       "cache (B >= 1)",
                       tokens.size(), caches.size());
   const std::vector<std::int64_t> rows(caches.size(), 1);
-  return run_model(mesh, blas, tokens, w, c, options, o, caches, rows, "tp_transformer_decode");
+  return run_model(mesh, blas, tokens, w, w.blocks.size(), tp_mlps(mesh, blas, w, c, o), c, options,
+                   o, caches, rows, "tp_transformer_decode");
+}
+
+DeviceTensor ep_transformer(const MeshDevice& mesh, g::Blas& blas,
+                            std::span<const std::int64_t> tokens, const GpuEpTransformerWeights& w,
+                            const GptOssConfig& c, const TransformerOptions& options,
+                            const EpOptions& o) {
+  perf::OpScope scope("ep_transformer");
+  return run_model(mesh, blas, tokens, w.tp, w.mlp.size(), ep_mlps(mesh, blas, w, c, o), c, options,
+                   {.tp_axis = ep_tp_axis(o)}, {}, {}, "ep_transformer");
+}
+
+DeviceTensor ep_transformer_step(const MeshDevice& mesh, g::Blas& blas,
+                                 std::span<const std::int64_t> tokens,
+                                 const GpuEpTransformerWeights& w, const GptOssConfig& c,
+                                 GpuModelKvCache& cache, const TransformerOptions& options,
+                                 const EpOptions& o) {
+  perf::OpScope scope("ep_transformer_step");
+  const std::array<std::int64_t, 1> rows{static_cast<std::int64_t>(tokens.size())};
+  return run_model(mesh, blas, tokens, w.tp, w.mlp.size(), ep_mlps(mesh, blas, w, c, o), c, options,
+                   {.tp_axis = ep_tp_axis(o)}, {&cache, 1}, rows, "ep_transformer_step");
 }
 
 }  // namespace meshtest::dist

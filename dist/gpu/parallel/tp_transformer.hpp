@@ -26,7 +26,9 @@
 #include <span>
 #include <vector>
 
+#include "dist/gpu/parallel/ep_moe.hpp"
 #include "dist/gpu/parallel/tp_attention.hpp"
+#include "dist/parallel/ep_transformer.hpp"
 #include "dist/parallel/tp_layout.hpp"
 #include "dist/parallel/tp_shard.hpp"
 #include "src/gpu/blas.hpp"
@@ -142,5 +144,35 @@ DeviceTensor tp_transformer_decode(const MeshDevice& mesh, meshtest::gpu::Blas& 
                                    const GpuTpTransformerWeights& w, const GptOssConfig& c,
                                    std::span<GpuModelKvCache> caches,
                                    const TransformerOptions& options = {}, const TpOptions& o = {});
+
+/// One device's weights of the expert-parallel model on its GPU: the TP model's tables, final
+/// norm and attention shards (tp.blocks[n]'s MLP fields empty) and every block's EP MLP shard.
+struct GpuEpTransformerWeights {
+  GpuTpTransformerWeights tp;
+  std::vector<GpuEpMlpWeights> mlp;
+};
+
+/// EpTransformerWeights (shard_ep_transformer_weights, read_ep_checkpoint) on the current GPU.
+GpuEpTransformerWeights to_gpu(const EpTransformerWeights& w);
+
+/// The expert-parallel model (ep_transformer on GPU ranks): the TP model's embedding, attention,
+/// final norm and unembedding with TP on 1 − o.ep_axis and the tokens split over o.ep_axis,
+/// and ep_mlp_block (dist/gpu/parallel/ep_moe.hpp: experts placed on o.ep_axis, their units
+/// split over the other axis, the routes planned on the host) for every MLP.
+///   tokens: all T >= 1 ids  ->  logits [T_local, vocab_local], placed
+///   tp_logits_placements({.tp_axis = 1 − o.ep_axis})
+/// Throws Error as tp_transformer does, for a bad ep_axis, or as the EP blocks do.
+DeviceTensor ep_transformer(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                            std::span<const std::int64_t> tokens, const GpuEpTransformerWeights& w,
+                            const GptOssConfig& c, const TransformerOptions& options = {},
+                            const EpOptions& o = {});
+
+/// One step of the expert-parallel model over KV caches (GpuModelKvCache for TP over
+/// 1 − o.ep_axis), as tp_transformer_step.
+DeviceTensor ep_transformer_step(const MeshDevice& mesh, meshtest::gpu::Blas& blas,
+                                 std::span<const std::int64_t> tokens,
+                                 const GpuEpTransformerWeights& w, const GptOssConfig& c,
+                                 GpuModelKvCache& cache, const TransformerOptions& options = {},
+                                 const EpOptions& o = {});
 
 }  // namespace meshtest::dist
