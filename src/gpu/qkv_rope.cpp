@@ -37,7 +37,8 @@ DeviceQkv qkv_rope(Blas& blas, const DeviceTensor& x, const DeviceTensor& weight
   const DeviceTensor k = y.slice(1, heads * d, kv * d).reshape(Shape{tokens, kv, d});
   DeviceQkv out;
   out.v = y.slice(1, (heads + kv) * d, kv * d).reshape(Shape{tokens, kv, d});
-  auto [rq, rk] = rope(q, k, o.rope, blas.stream(), o.position_offset);  // synchronized
+  auto [rq, rk] = rope(q, k, o.rope, blas.stream(), o.position_offset);
+  blas.synchronize();  // complete when it returns (nothing waits while capturing)
   out.q = std::move(rq);
   out.k = std::move(rk);
   scope.output(info(out.q)).output(info(out.k)).output(info(out.v));

@@ -19,7 +19,9 @@ struct DeviceQkv {
 /// returns. The Linear sums in cuBLASLt's order, so q, k and v are the CPU's within the error
 /// model of a sum over hidden (+ the bias); the split and the rotation add nothing: rope of the
 /// GPU's Linear output on the CPU gives the same bits. o.row_block and o.column_block (the CPU
-/// op's tiling) are not used. x: [T, hidden], f32 or bf16. Errors as the CPU op's.
+/// op's tiling) are not used. x: [T, hidden], f32 or bf16. Errors as the CPU op's. Capturable in
+/// a CUDA graph (gpu::Graph) once its positions are in the GPU's rope table (gpu::rope: an
+/// eager call at them first).
 DeviceQkv qkv_rope(Blas& blas, const DeviceTensor& x, const DeviceTensor& weight,
                    const DeviceTensor& bias, const QkvRopeOptions& o);
 

@@ -21,10 +21,14 @@ DeviceTensor apply_rope(const DeviceTensor& x, const DeviceTensor& cos, const De
                         cudaStream_t stream);
 
 /// The CPU rope on the GPU: the YaRN table of positions position_offset .. + T - 1 (rope_table,
-/// computed on the host: the CPU's bits, copied to the GPU), applied to q and k.
+/// computed on the host: the CPU's bits), applied to q and k.
 ///   q: [T, ..., d], k: [T, ..., d] (f32 or bf16, one dtype)  ->  (q rotated, k rotated)
-/// Errors as the CPU op's. The table's copy waits for the device's earlier work (as every
-/// DeviceTensor copy does); the rotations are queued on `stream`.
+/// The table is kept on each GPU per dtype and parameters, for positions 0 .. a power of two
+/// (at least 4096) past the highest asked so far: a call reads its rows in place, so it is
+/// asynchronous (the rotations queued on `stream`) and can be captured in a CUDA graph, once
+/// the positions are in the table (a capture that needs a longer table is an Error: run the op
+/// eagerly at those positions first; the longer table's upload waits for the device's earlier
+/// work, as every DeviceTensor copy does). Errors as the CPU op's.
 std::pair<DeviceTensor, DeviceTensor> rope(const DeviceTensor& q, const DeviceTensor& k,
                                            const RopeParams& p, cudaStream_t stream,
                                            std::int64_t position_offset = 0);
