@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpt_oss_cuda.hpp"
 #include "src/core/random.hpp"
 #include "src/models/gpt_oss_config.hpp"
 #include "src/models/gpt_oss_weights.hpp"
@@ -166,13 +167,38 @@ void print_rows(std::int64_t t, const std::string& block, const std::vector<OpRo
              us > 0 ? flops / (us * 1e3) : 0);
 }
 
+/// Whether the command line asks for --device cuda (the GPU tables, their own options).
+bool wants_cuda(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device=cuda" ||
+        (a == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda")) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int bench_main(int argc, char** argv) {
+  if (wants_cuda(argc, argv)) {
+#if MESHTEST_BENCH_CUDA
+    return bench::gpt_oss_cuda_main(argc, argv);
+#else
+    fmt::print(stderr,
+               "meshtest-bench gpt-oss: --device cuda: this meshtest-bench was built without the "
+               "GPU side (configure with -DMESHTEST_CUDA=ON; docs/gpu.md)\n");
+    return 2;
+#endif
+  }
   po::options_description opts(
       "meshtest-bench gpt-oss: per-op time and GFLOP/s of the gpt-oss attention and MLP blocks "
       "at the 20b widths (hidden 2880, 64 q / 8 kv heads of 64, FFN 2880, top-4), f32, random "
       "weights, beside Eigen's f32 GEMM on the same shapes");
   auto add = opts.add_options();
   add("help,h", "print this help");
+  add("device", po::value<std::string>()->default_value("cpu"),
+      "cpu, or cuda: one block on GPU ranks under mpirun, with its own options (--device cuda "
+      "--help; a build with the GPU side)");
   add("tokens", po::value<std::string>()->default_value("1,8,32"), "sequence lengths T");
   add("experts", po::value<std::int64_t>()->default_value(4),
       "experts held (20b has 32; each token uses min(4, experts) of them, as 20b's top-4)");
@@ -187,6 +213,8 @@ int bench_main(int argc, char** argv) {
       std::cout << opts;
       return 0;
     }
+    MESHTEST_CHECK(vm["device"].as<std::string>() == "cpu", "--device: '{}' is not cpu or cuda",
+                   vm["device"].as<std::string>());
     o.tokens = parse_list(vm["tokens"].as<std::string>());
     o.experts = vm["experts"].as<std::int64_t>();
     o.iters = vm["iters"].as<int>();

@@ -15,6 +15,7 @@
 #include "src/ops/gelu.hpp"
 #include "src/ops/linear.hpp"
 #include "src/ops/linear_grad.hpp"
+#include "tests/support/dp_norm_cases.hpp"
 #include "tests/support/dp_reference.hpp"
 #include "tests/support/expect_error.hpp"
 
@@ -25,44 +26,12 @@ using test_support::naive_sample_bias_grad;
 using test_support::naive_sample_weight_grad;
 using test_support::sum_sq;
 
-struct Case {
-  std::int64_t batch, seq, din, dout;  // seq 0: a 2-D [B, d] input
-  DType dtype = DType::f64;
-};
-
-std::string name(const Case& c) {
-  return fmt::format("B={} T={} din={} dout={} {}", c.batch, c.seq, c.din, c.dout, c.dtype);
-}
-
-Shape shape_of(const Case& c, std::int64_t d) {
-  return c.seq == 0 ? Shape{c.batch, d} : Shape{c.batch, c.seq, d};
-}
-
-Tensor make(const Case& c, std::int64_t d, std::uint64_t seed) {
-  return random_normal(shape_of(c, d), c.dtype, {.seed = seed});
-}
-
-// ‖G_iᵀA_i‖² by naive loops in f64.
-Tensor naive_norm_sq(const Tensor& a, const Tensor& g) {
-  std::vector<double> out;
-  for (std::int64_t i = 0; i < a.shape()[0]; ++i)
-    out.push_back(sum_sq(naive_sample_weight_grad(a, g, i)));
-  return test_support::as_tensor(out);
-}
-
-std::int64_t seq(const Case& c) { return c.seq == 0 ? 1 : c.seq; }
-
-// The error model of a per-sample ‖G_iᵀA_i‖² against another method or the naive loops. Terms
-// per element: the ghost method sums the Grams over d_in and d_out, then their product over
-// T²; the direct method and the loops sum W_i over T, then its d_out·d_in squares. The larger
-// chain counts for both sides. The naive loops run in f64: an exact reference for f32 inputs,
-// the same dtype in another order for f64.
-ErrorModel norm_model(const Case& c) {
-  const std::int64_t t = seq(c);
-  return {.dtype = c.dtype,
-          .terms = std::max(c.din + c.dout + t * t, t + c.din * c.dout),
-          .reference = c.dtype == DType::f64 ? Reference::other_order : Reference::exact};
-}
+using Case = test_support::NormCase;
+using test_support::make;
+using test_support::naive_norm_sq;
+using test_support::name;
+using test_support::norm_model;
+using test_support::seq;
 
 // Σ_i G_iᵀA_i (and its magnitude, on |a| and |g|) by the naive loops, in f64.
 Tensor naive_weight_grad(const Tensor& a, const Tensor& g) {
