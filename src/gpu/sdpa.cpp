@@ -1,6 +1,7 @@
 // sdpa (GPU): the CPU op's checks on DeviceTensors, the output, the perf scope and one kernel.
 #include "src/gpu/sdpa.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 
@@ -55,9 +56,18 @@ DeviceTensor sdpa_sinks(const DeviceTensor& q, const DeviceTensor& k, const Devi
                             .k_offset = o.k_offset,
                             .sliding_window = o.sliding_window,
                             .scale = static_cast<float>(scale)};
-  MESHTEST_CUDA_CHECK(detail::launch_sdpa_sinks(
+  // The chunks' partials, allocated and freed in the stream's order (a capture records both).
+  const std::int64_t chunks = detail::sdpa_chunks(s);
+  const auto bytes =
+      static_cast<std::size_t>(std::max<std::int64_t>(tq * kv * per * chunks, 1) * (d + 2)) *
+      sizeof(float);
+  float* partials = nullptr;
+  MESHTEST_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), bytes, stream));
+  const cudaError_t launched = detail::launch_sdpa_sinks(
       q.dtype() == DType::bf16 ? detail::Float::bf16 : detail::Float::f32, q.bytes(), k.bytes(),
-      v.bytes(), sinks.bytes(), out.bytes(), s, stream));
+      v.bytes(), sinks.bytes(), out.bytes(), s, partials, chunks, stream);
+  MESHTEST_CUDA_CHECK(cudaFreeAsync(partials, stream));
+  MESHTEST_CUDA_CHECK(launched);
   scope.output(info(out)).flops(4.0 * static_cast<double>(tq * kv * per * k.shape()[0] * d));
   return out;
 }

@@ -15,9 +15,12 @@ namespace meshtest::gpu {
 /// sink joining each head's softmax denominator only.
 ///   q: [Tq, kv_heads, q_per_kv, d], k, v: [Tk, kv_heads, d], sinks: [kv_heads q_per_kv]
 ///   ->  [Tq, kv_heads q_per_kv d]
-/// Flash-style, never forming the Tq x Tk logits: one warp per query row and head runs an online
-/// softmax (its max started at the sink logit) over the keys the row sees, so memory is the
-/// inputs and the output, and a window costs O(Tq · window). f32 and bf16 compute in f32 and
+/// Flash-style, never forming the Tq x Tk logits: the keys a row sees are split into chunks
+/// (as many as fill the GPU, of at least 64 keys: one when the rows and heads fill it), a warp
+/// per row, head and chunk runs an online softmax over its keys, four at a time, and a warp per
+/// row and head merges the chunks with the sink; memory is the inputs, the output and the
+/// chunks' partials (f32, head_dim + 2 a chunk), and a window costs O(Tq · window). No tensor
+/// cores yet (docs/gpt-oss-gpu.md, Bench). f32 and bf16 compute in f32 and
 /// round the output once, as the CPU's sdpa_sinks; the sums run in another order than the
 /// CPU's: within the error model. A row that sees no key and has a -inf sink gets zeros.
 /// Errors as the CPU op's (shapes, dtypes, a negative window, a scale that is not finite), and
