@@ -3,9 +3,12 @@
 // then a warp per row and head merging the chunks, f32 and bf16 (as bits).
 #include "src/gpu/attention_kernel.hpp"
 
+#include "src/gpu/attention_keys.cuh"
 #include "src/gpu/bf16_device.cuh"
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace meshtest::gpu::detail {
 namespace {
@@ -19,14 +22,7 @@ constexpr float kMinusInf = -__builtin_huge_valf();
 /// The keys [first, last] query row `row` sees (empty when first > last).
 __device__ __forceinline__ void keys_of(const SdpaShape& s, std::int64_t row, std::int64_t& first,
                                         std::int64_t& last) {
-  const std::int64_t qp = s.q_offset + row;
-  first = 0;
-  last = qp - s.k_offset;  // keys j with k_offset + j <= qp
-  if (s.sliding_window > 0) {
-    const std::int64_t lo = qp - s.sliding_window + 1 - s.k_offset;
-    first = lo > 0 ? lo : 0;
-  }
-  if (last > s.tk - 1) last = s.tk - 1;
+  keys_seen(s.q_offset + row, s.k_offset, s.tk, s.sliding_window, first, last);
 }
 
 // One warp per (query row, head, chunk of the row's keys): the chunk's running max m, softmax
@@ -138,7 +134,212 @@ __global__ void sdpa_combine_kernel(const float* part, const S* sinks, S* out, S
   }
 }
 
+/// The sequences of one launch_sdpa_batch, passed by value (__grid_constant__: read in the
+/// parameter space where the kernel indexes it, never copied per thread).
+struct SdpaBatch {
+  SdpaRun seq[kSdpaBatch];
+  int n;
+};
+
+// One block per (query row, kv head g, chunk of the row's keys) of a batch of sequences: the
+// kv head's q_per_kv query vectors in shared memory (f32), then (1) a thread per key reading
+// its row 16 bytes at a time and dotting it with every query (the queries' elements broadcast
+// from shared memory), the scaled scores kept there; (2) a warp per query head: the chunk's
+// max, its weights and their sum; (3) a thread per pair of elements and a few heads (kD / 2
+// threads cover a value row, so a warp reads whole rows), the weighted sum of the chunk's
+// values. Into part [rows heads, chunks, d + 2] as sdpa_partial_kernel's.
+template <class S, int kD>
+__global__ void __launch_bounds__(128)
+    sdpa_batch_partial_kernel(const S* q, const __grid_constant__ SdpaBatch b, SdpaShape s,
+                              std::int64_t chunk_keys, std::int64_t chunks, float* part) {
+  constexpr int kThreads = 128, kE = 16 / static_cast<int>(sizeof(S)), kMaxPer = 16;
+  constexpr int kParts = kD / kE, kSlots = kThreads / kParts;  // threads a row, rows at once
+  extern __shared__ __align__(16) float smem[];
+  const int per = static_cast<int>(s.q_per_kv);
+  const std::int64_t heads = s.kv_heads * per;
+  float* qs = smem;  // [per][kD], later [kSlots][8][kD]
+  float* sc = smem + (kSlots * 8 * kD > per * kD ? kSlots * 8 * kD : per * kD);  // [keys][per]
+  const std::int64_t row = blockIdx.x / chunks, c = blockIdx.x % chunks, g = blockIdx.y;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  // The row's sequence and its keys [lo, lo + nk).
+  const std::int64_t base = b.seq[0].row;
+  int i = 0;
+  while (i + 1 < b.n && row >= b.seq[i].row - base + b.seq[i].rows) ++i;
+  const SdpaRun& r = b.seq[i];
+  const std::int64_t qrow = base + row;
+  std::int64_t lo = 0, hi = -1;
+  {
+    std::int64_t first = 0, last = -1;
+    keys_seen(r.q_offset + (qrow - r.row), r.k_offset, r.tk, s.sliding_window, first, last);
+    lo = first + c * chunk_keys;
+    hi = last < lo + chunk_keys - 1 ? last : lo + chunk_keys - 1;
+  }
+  float* pr = part + ((row * heads + g * per) * chunks + c) * (kD + 2);
+  const std::int64_t pstride = chunks * (kD + 2);  // one query head to the next
+  const int nk = hi >= lo ? static_cast<int>(hi - lo + 1) : 0;
+  if (nk == 0) {  // a chunk past the row's keys: empty (the whole block leaves together)
+    for (int m = tid; m < per; m += kThreads) pr[m * pstride + kD + 1] = 0;
+    return;
+  }
+  const S* qg = q + (qrow * heads + g * per) * kD;
+  for (int x = tid; x < per * kD; x += kThreads) qs[x] = load(qg, x);
+  __syncthreads();
+  // (1) scores: a thread per key, its row 16 bytes at a time, the queries' elements read four
+  // at a time (the same address across the warp: a broadcast).
+  const std::int64_t stride = s.kv_heads * kD;
+  const S* kg = static_cast<const S*>(r.k) + g * kD + lo * stride;
+  for (int j = tid; j < nk; j += kThreads) {
+    float dot[kMaxPer];
+    for (int m = 0; m < kMaxPer; ++m) dot[m] = 0;
+    const S* kr = kg + j * stride;
+#pragma unroll
+    for (int e0 = 0; e0 < kD; e0 += kE) {
+      const uint4 w = *reinterpret_cast<const uint4*>(kr + e0);
+      const S* piece = reinterpret_cast<const S*>(&w);
+      float kf[kE];
+      for (int x = 0; x < kE; ++x) kf[x] = load(piece, x);
+      for (int m = 0; m < kMaxPer; ++m) {
+        if (m < per) {
+          for (int x = 0; x < kE; x += 4) {
+            const float4 qv = *reinterpret_cast<const float4*>(qs + m * kD + e0 + x);
+            dot[m] += kf[x] * qv.x + kf[x + 1] * qv.y + kf[x + 2] * qv.z + kf[x + 3] * qv.w;
+          }
+        }
+      }
+    }
+    for (int m = 0; m < kMaxPer; ++m) {
+      if (m < per) sc[j * per + m] = dot[m] * s.scale;
+    }
+  }
+  __syncthreads();
+  // (2) each query head's max, weights and their sum over the chunk (scores [key][head]).
+  for (int m = warp; m < per; m += kThreads / kWarp) {
+    float big = kMinusInf;
+    for (int j = lane; j < nk; j += kWarp) big = fmaxf(big, sc[j * per + m]);
+    for (int off = kWarp / 2; off > 0; off /= 2) {
+      big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, off));
+    }
+    float sum = 0;
+    for (int j = lane; j < nk; j += kWarp) {
+      const float p = expf(sc[j * per + m] - big);
+      sc[j * per + m] = p;
+      sum += p;
+    }
+    for (int off = kWarp / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) pr[m * pstride + kD] = big, pr[m * pstride + kD + 1] = sum;
+  }
+  __syncthreads();
+  // (3) the weighted values, eight heads at a time: a thread per 16 bytes of a value row and slot
+  // of keys (keys j = slot, slot + kSlots, ...: each row read once a pass, a warp reading whole
+  // rows), then the slots' sums added in shared memory (over the queries, no longer read).
+  const int piece = tid % kParts, slot = tid / kParts;
+  const S* vg = static_cast<const S*>(r.v) + g * kD + lo * stride + piece * kE;
+  float* red = qs;  // [kSlots][8][kD]
+  for (int m0 = 0; m0 < per; m0 += 8) {
+    const int heads_now = per - m0 < 8 ? per - m0 : 8;
+    float acc[8][kE];
+    for (auto& a : acc) {
+      for (float& x : a) x = 0;
+    }
+#pragma unroll 4
+    for (int j = slot; j < nk; j += kSlots) {
+      const uint4 w = *reinterpret_cast<const uint4*>(vg + j * stride);
+      const S* vs = reinterpret_cast<const S*>(&w);
+      float vf[kE];
+      for (int x = 0; x < kE; ++x) vf[x] = load(vs, x);
+      const float* p = sc + j * per + m0;
+      for (int m = 0; m < 8; ++m) {
+        if (m < heads_now) {
+          for (int x = 0; x < kE; ++x) acc[m][x] += p[m] * vf[x];
+        }
+      }
+    }
+    __syncthreads();  // the queries (pass 0) or the last pass's sums read
+    for (int m = 0; m < heads_now; ++m) {
+      for (int x = 0; x < kE; ++x) red[(slot * 8 + m) * kD + piece * kE + x] = acc[m][x];
+    }
+    __syncthreads();
+    for (int x = tid; x < heads_now * kD; x += kThreads) {
+      float sum = 0;
+      for (int sl = 0; sl < kSlots; ++sl) sum += red[sl * 8 * kD + x];
+      pr[(m0 + x / kD) * pstride + x % kD] = sum;
+    }
+  }
+}
+
 }  // namespace
+
+bool sdpa_batch_fits(Float, std::int64_t head_dim, std::int64_t q_per_kv) {
+  const bool size = head_dim == 8 || head_dim == 16 || head_dim == 32 || head_dim == 64 ||
+                    head_dim == 128 || head_dim == 256;
+  return size && q_per_kv >= 1 && q_per_kv <= 16;
+}
+
+void sdpa_batch_chunks(std::int64_t rows, std::int64_t kv_heads, std::int64_t most_keys,
+                       std::int64_t& chunk_keys, std::int64_t& chunks) {
+  const std::int64_t keys = most_keys > 1 ? most_keys : 1;
+  chunk_keys = 256;
+  while (chunk_keys > 64 && rows * kv_heads * ((keys + chunk_keys - 1) / chunk_keys) < 2048) {
+    chunk_keys /= 2;
+  }
+  chunks = (keys + chunk_keys - 1) / chunk_keys;
+}
+
+cudaError_t launch_sdpa_batch(Float t, const void* q, const SdpaRun* seq, int n, const void* sinks,
+                              void* out, const SdpaShape& s, float* partials,
+                              std::int64_t chunk_keys, std::int64_t chunks, cudaStream_t stream) {
+  if (n <= 0 || n > kSdpaBatch) return cudaErrorInvalidValue;
+  SdpaBatch b{};
+  for (int i = 0; i < n; ++i) b.seq[i] = seq[i];
+  b.n = n;
+  const std::int64_t rows = seq[n - 1].row + seq[n - 1].rows - seq[0].row;
+  const std::int64_t heads = s.kv_heads * s.q_per_kv, d = s.head_dim;
+  if (rows == 0 || heads == 0) return cudaSuccess;
+  // The kernel's shared memory: [kSlots][8][d] sums (the queries before), [chunk_keys][per] scores.
+  const std::int64_t parts = d * (t == Float::bf16 ? 2 : 4) / 16, slots = 128 / parts;
+  const auto smem =
+      static_cast<std::size_t>(std::max(slots * 8 * d, s.q_per_kv * d) + chunk_keys * s.q_per_kv) *
+      sizeof(float);
+  const dim3 grid(static_cast<unsigned>(rows * chunks), static_cast<unsigned>(s.kv_heads));
+  SdpaShape merged = s;
+  merged.tq = rows;
+  const auto blocks = static_cast<unsigned>((rows * heads + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const auto run = [&](auto tag, auto dim) {
+    using S = decltype(tag);
+    constexpr int kD = decltype(dim)::value;
+    const cudaError_t sized =
+        cudaFuncSetAttribute(sdpa_batch_partial_kernel<S, kD>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (sized != cudaSuccess) return;  // cudaGetLastError reports it
+    sdpa_batch_partial_kernel<S, kD>
+        <<<grid, 128, smem, stream>>>(static_cast<const S*>(q), b, s, chunk_keys, chunks, partials);
+    sdpa_combine_kernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+        partials, static_cast<const S*>(sinks), static_cast<S*>(out) + seq[0].row * heads * d,
+        merged, chunks);
+  };
+  const auto with_dim = [&](auto tag) {
+    switch (d) {
+      case 8:
+        return run(tag, std::integral_constant<int, 8>{});
+      case 16:
+        return run(tag, std::integral_constant<int, 16>{});
+      case 32:
+        return run(tag, std::integral_constant<int, 32>{});
+      case 64:
+        return run(tag, std::integral_constant<int, 64>{});
+      case 128:
+        return run(tag, std::integral_constant<int, 128>{});
+      default:
+        return run(tag, std::integral_constant<int, 256>{});
+    }
+  };
+  if (t == Float::bf16) {
+    with_dim(std::uint16_t{});
+  } else {
+    with_dim(float{});
+  }
+  return cudaGetLastError();
+}
 
 std::int64_t sdpa_chunks(const SdpaShape& s) {
   const std::int64_t rows = s.tq * s.kv_heads * s.q_per_kv;

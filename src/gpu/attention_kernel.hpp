@@ -40,4 +40,57 @@ cudaError_t launch_sdpa_sinks(Float t, const void* q, const void* k, const void*
                               const void* sinks, void* out, const SdpaShape& s, float* partials,
                               std::int64_t chunks, cudaStream_t stream);
 
+/// One sequence of a batched launch (launch_sdpa_batch): its query rows are rows [row, row +
+/// rows) of q and of the output, at positions q_offset + i; its keys and values are rows [0, tk)
+/// of k and v (the stored type, [tk, kv_heads, head_dim] rows apart), at positions k_offset + j.
+struct SdpaRun {
+  std::int64_t row = 0, rows = 0, q_offset = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  std::int64_t tk = 0, k_offset = 0;
+};
+
+/// The most sequences one launch_sdpa_batch takes (they travel in the kernel's parameters, so a
+/// CUDA graph records them by value).
+inline constexpr int kSdpaBatch = 48;
+
+/// Whether launch_sdpa_batch takes these shapes (either dtype): head_dim a power of two from 8
+/// to 256 (a row read 16 bytes at a time, two elements a thread), at most 16 queries per kv
+/// head.
+bool sdpa_batch_fits(Float t, std::int64_t head_dim, std::int64_t q_per_kv);
+
+/// The keys a chunk of launch_sdpa_batch takes: 256, halved (to 64 at the least) while the
+/// launch would have fewer than 2048 blocks; and the chunks that covers the longest sequence.
+void sdpa_batch_chunks(std::int64_t rows, std::int64_t kv_heads, std::int64_t most_keys,
+                       std::int64_t& chunk_keys, std::int64_t& chunks);
+
+/// Queues sdpa_sinks for `n` <= kSdpaBatch sequences at once (SdpaShape's tq, tk and offsets
+/// unused: each sequence's own), split over the keys as launch_sdpa_sinks, for decode steps: a
+/// block per (query row, kv head, chunk of chunk_keys keys) reads each key and value row once for
+/// all the kv head's queries (a thread a key, then a thread a pair of value elements), writes the
+/// chunk's scores, its softmax and its weighted values into `partials` (f32 [rows heads, chunks,
+/// head_dim + 2], rows counted from seq[0].row), then the merge with the sink of launch_sdpa_sinks
+/// writes out rows seq[0].row .. Only where sdpa_batch_fits. Returns the launch's error.
+cudaError_t launch_sdpa_batch(Float t, const void* q, const SdpaRun* seq, int n, const void* sinks,
+                              void* out, const SdpaShape& s, float* partials,
+                              std::int64_t chunk_keys, std::int64_t chunks, cudaStream_t stream);
+
+/// The fewest query rows for which sdpa_sinks takes the tensor-core kernel (below, the
+/// split-key one: a decode step's single row gains nothing from 16-row tiles).
+inline constexpr std::int64_t kFlashMinRows = 16;
+
+/// Whether launch_sdpa_flash takes this attention: bf16, head_dim 64 or 128, at least
+/// kFlashMinRows query rows, 16-byte aligned buffers, a GPU of compute capability 8.0 or later.
+bool sdpa_flash_fits(Float t, const SdpaShape& s, const void* q, const void* k, const void* v,
+                     const void* out);
+
+/// Queues the same attention as launch_sdpa_sinks on tensor cores (attention_flash_kernel.cu):
+/// a block of four warps per 64 query rows and head runs an online softmax over all the keys
+/// its rows see, in tiles of 64; q·kᵀ and p·v are bf16 products summed in f32 (mma.sync
+/// m16n8k16), the weights p rounded to bf16 for the second (the one rounding the split-key
+/// kernel does not have), the denominator summed from the unrounded weights, the sink joined as
+/// there. Only where sdpa_flash_fits. Returns the launch's error.
+cudaError_t launch_sdpa_flash(const void* q, const void* k, const void* v, const void* sinks,
+                              void* out, const SdpaShape& s, cudaStream_t stream);
+
 }  // namespace meshtest::gpu::detail

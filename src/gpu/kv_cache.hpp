@@ -36,6 +36,11 @@ class DeviceKvCache {
   /// One past the highest written position (0 when empty).
   [[nodiscard]] std::int64_t length() const;
 
+  /// The whole key and value buffers, [max_len, kv_heads, head_dim] (zeros where never written),
+  /// for sdpa_sinks_batch to read in place (src/gpu/sdpa.hpp).
+  [[nodiscard]] const DeviceTensor& key_buffer() const { return k_; }
+  [[nodiscard]] const DeviceTensor& value_buffer() const { return v_; }
+
   [[nodiscard]] std::int64_t max_len() const { return max_len_; }
   [[nodiscard]] std::int64_t kv_heads() const { return kv_heads_; }
   [[nodiscard]] std::int64_t head_dim() const { return head_dim_; }

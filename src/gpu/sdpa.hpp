@@ -3,6 +3,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <span>
+
+#include "src/gpu/attention_kernel.hpp"
 #include "src/gpu/device_tensor.hpp"
 #include "src/ops/sdpa.hpp"
 
@@ -28,5 +32,36 @@ namespace meshtest::gpu {
 /// record ("sdpa_sinks") is timed on the stream. Asynchronous.
 DeviceTensor sdpa_sinks(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                         const DeviceTensor& sinks, cudaStream_t stream, const SdpaOptions& o = {});
+
+/// The fewest query rows sdpa_sinks runs on tensor cores (bf16, head_dim 64 or 128): below, a
+/// decode step's few rows are better served split over the keys (sdpa_sinks_batch).
+inline constexpr std::int64_t kSdpaTensorCoreRows = detail::kFlashMinRows;
+
+/// One sequence of sdpa_sinks_batch: the next `rows` query rows, at positions q_offset + i,
+/// attending over rows [key_begin, key_end) of `keys` and `values` ([n, kv_heads, head_dim], for
+/// a decode step a DeviceKvCache's buffers read in place), row key_begin at position k_offset.
+struct SdpaSequence {
+  std::int64_t rows = 0;
+  std::int64_t q_offset = 0;
+  const DeviceTensor* keys = nullptr;
+  const DeviceTensor* values = nullptr;
+  std::int64_t key_begin = 0, key_end = 0;
+  std::int64_t k_offset = 0;
+};
+
+/// sdpa_sinks for a batch of sequences in one go, the way a batch decode step attends: q's rows
+/// are the sequences' rows in order (their rows sum to Tq), each attending over its own keys
+/// with the masking rule of sdpa_sinks (o.sliding_window and o.scale shared; o.q_offset and
+/// o.k_offset must be 0: each sequence has its own). Split over the keys: a block per query row,
+/// kv head and chunk of keys reads each key and value once for all the kv head's queries, and
+/// the chunks are merged with the sink as in sdpa_sinks; launches of up to 48 sequences. Shapes
+/// whose head vectors do not split into 16-byte loads run one sdpa_sinks per sequence instead.
+/// f32 compute, the output rounded once: within the model of the CPU's sdpa_sinks per sequence.
+/// Errors as sdpa_sinks', and for a sequence without keys or values, with keys of another
+/// shape, dtype or device, a key range outside its rows, negative rows, or rows that do not sum
+/// to Tq. The perf record ("sdpa_sinks") is timed on the stream. Asynchronous.
+DeviceTensor sdpa_sinks_batch(const DeviceTensor& q, std::span<const SdpaSequence> sequences,
+                              const DeviceTensor& sinks, cudaStream_t stream,
+                              const SdpaOptions& o = {});
 
 }  // namespace meshtest::gpu

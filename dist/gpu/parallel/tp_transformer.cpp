@@ -220,10 +220,37 @@ DeviceTensor tp_attention_block(const MeshDevice& mesh, g::Blas& blas, const Dev
     segments[s].cache->write(k_all.slice(0, starts[s], segments[s].rows),
                              v_all.slice(0, starts[s], segments[s].rows), positions);
   }
-  // Each run's queries over its segment's keys up to its last position.
+  // Each run's queries over its segment's keys up to its last position: a run of enough rows
+  // alone on tensor cores (sdpa_sinks), else every run in one batch reading the caches in place.
   DeviceTensor attn;
-  if (!one_run) attn = DeviceTensor(Shape{mine.size, local.num_heads * d}, x.dtype());
-  for (const Run& r : runs) {
+  const bool batched = !one_run || runs[0].rows < g::kSdpaTensorCoreRows;
+  if (batched) {
+    std::vector<g::SdpaSequence> seqs;
+    for (const Run& r : runs) {
+      const GpuCacheSegment& s = segments[r.segment];
+      if (s.cache != nullptr) {
+        const std::int64_t first_key = s.cache->window_begin(r.pos, local.sliding_window);
+        seqs.push_back({.rows = r.rows,
+                        .q_offset = r.pos,
+                        .keys = &s.cache->key_buffer(),
+                        .values = &s.cache->value_buffer(),
+                        .key_begin = first_key,
+                        .key_end = r.pos + r.rows,
+                        .k_offset = first_key});
+      } else {
+        seqs.push_back({.rows = r.rows,
+                        .q_offset = r.pos,
+                        .keys = &k_all,
+                        .values = &v_all,
+                        .key_begin = starts[r.segment],
+                        .key_end = starts[r.segment] + s.rows,
+                        .k_offset = s.first});
+      }
+    }
+    attn =
+        g::sdpa_sinks_batch(qkv.q, seqs, w.sinks, stream, {.sliding_window = local.sliding_window});
+  } else {
+    const Run& r = runs[0];
     const GpuCacheSegment& s = segments[r.segment];
     DeviceTensor keys, values;
     std::int64_t first_key = s.first;
@@ -232,19 +259,12 @@ DeviceTensor tp_attention_block(const MeshDevice& mesh, g::Blas& blas, const Dev
       keys = s.cache->keys(first_key, r.pos + r.rows);
       values = s.cache->values(first_key, r.pos + r.rows);
     } else {
-      keys = one_run && segments.size() == 1 ? k_all : k_all.slice(0, starts[r.segment], s.rows);
-      values = one_run && segments.size() == 1 ? v_all : v_all.slice(0, starts[r.segment], s.rows);
+      keys = segments.size() == 1 ? k_all : k_all.slice(0, starts[r.segment], s.rows);
+      values = segments.size() == 1 ? v_all : v_all.slice(0, starts[r.segment], s.rows);
     }
-    const DeviceTensor q = one_run ? qkv.q : qkv.q.slice(0, r.row, r.rows);
-    DeviceTensor o_r = g::sdpa_sinks(
-        q, keys, values, w.sinks, stream,
+    attn = g::sdpa_sinks(
+        qkv.q, keys, values, w.sinks, stream,
         {.sliding_window = local.sliding_window, .q_offset = r.pos, .k_offset = first_key});
-    if (one_run) {
-      attn = std::move(o_r);
-    } else {
-      blas.synchronize();
-      attn.assign_slice(0, r.row, o_r);
-    }
   }
   const DeviceTensor out = tp_out_projection(mesh, blas, attn, w.projection, {.axis = o.tp_axis});
   return residual(blas, x, out);
