@@ -10,6 +10,7 @@
 #include "src/dp/dp_sgd.hpp"
 #include "src/dp/modes.hpp"
 #include "src/dp/real.hpp"
+#include "tests/support/dp_mode_cases.hpp"
 #include "tests/support/dp_reference.hpp"
 #include "tests/support/expect_error.hpp"
 
@@ -26,46 +27,16 @@ using test_support::expect_within;
 
 const std::vector<std::string> kPrivate = {"hooks", "ghost", "fused", "fused_bk"};
 
-// A batch for a model: x [B, (T,) din]; y mse targets or ce classes.
-struct Batch {
-  Tensor x, y;
-};
+using Batch = test_support::DpBatch;
+using ModelCase = test_support::DpModelCase;
+using test_support::median_clip;
 
 Batch make_batch(const Sequential& m, std::int64_t b, std::int64_t t, std::int64_t din,
                  LossKind loss, DType dt, std::uint64_t seed) {
-  const Shape xs = t == 0 ? Shape{b, din} : Shape{b, t, din};
-  Batch r{.x = random_normal(xs, dt, {.seed = seed}), .y = {}};
-  const std::int64_t out = m.out_features(din);
-  if (loss == LossKind::mse) {
-    r.y = random_normal(xs.with(xs.rank() - 1, out), dt, {.seed = seed + 1});
-  } else {
-    r.y = random_integers(t == 0 ? Shape{b} : Shape{b, t}, DType::i64, {.seed = seed + 1}, 0,
-                          out - 1);
-  }
-  return r;
+  return test_support::make_dp_batch(m, b, t, din, loss, dt, seed);
 }
 
-// C = the median norm: about half the samples are clipped.
-double median_clip(const Sequential& m, const Batch& bt, DpOptions opt) {
-  std::vector<double> n = dp_reference(m, bt.x, bt.y, opt).norms;
-  std::sort(n.begin(), n.end());
-  return n[n.size() / 2];
-}
-
-struct ModelCase {
-  std::string spec;
-  std::int64_t din, batch, seq;
-  LossKind loss;
-};
-
-const std::vector<ModelCase> kModels = {
-    {"linear:6,relu,linear:4", 5, 5, 3, LossKind::mse},
-    {"linear:6,gelu,rmsnorm,linear:4", 5, 4, 0, LossKind::ce},
-    {"linear:3,gelu,linear:3,relu,linear:2", 2, 4, 9, LossKind::ce},  // direct (2T² > d_in d_out)
-    {"rmsnorm,linear:7,gelu,linear:5,rmsnorm", 4, 3, 2, LossKind::mse},
-    // direct with d_in > T (fused_bk keeps G) then direct with d_in <= T (keeps A_iᵀG_i)
-    {"linear:2,relu,linear:3", 10, 3, 4, LossKind::mse},
-};
+const std::vector<ModelCase>& kModels = test_support::dp_model_cases();
 
 std::string label(const ModelCase& c, const std::string& mode, Reduction r) {
   return fmt::format("{} din={} B={} T={} loss={} reduction={} mode={}", c.spec, c.din, c.batch,

@@ -44,7 +44,8 @@ inline std::vector<Tensor> sdpa_sinks_reference(const FusedSetup& s,
 /// The flash form adds q.k, the softmax's sum and weights.v in other blocks (online softmax)
 /// than sdpa. n: q.k over head_dim, then the softmax's sum and weights.v over the keys (masked
 /// keys add zeros) and the sink; r: sdpa's bf16 logits, scaled logits and weights, each read by
-/// the next step (the flash form rounds its output only).
+/// the next step (the flash form rounds its output only; on GPU tensor cores also its weights
+/// before p·v: two roundings, within the three r counts for each side).
 inline ErrorModel sdpa_sinks_model(const FusedSetup& s) {
   return {.dtype = kDtype,
           .terms = config(s).head_dim + keys(s) + 1,

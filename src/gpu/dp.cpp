@@ -219,4 +219,37 @@ DeviceTensor clipped_bias_grad(Blas& blas, const DeviceTensor& g, const DeviceTe
   return out;
 }
 
+DeviceTensor per_sample_weight_grads(Blas& blas, const DeviceTensor& a, const DeviceTensor& g) {
+  constexpr std::string_view op = "gpu per_sample_weight_grads";
+  const auto [da, dg] = check_pair(op, blas, a, g);
+  const bool f64 = a.dtype() == DType::f64;
+  const DeviceGuard guard(blas.device());
+  DeviceTensor out(Shape{da.batch, dg.features, da.features}, a.dtype());
+  perf::OpScope scope("per_sample_weight_grads");
+  scope.input(info(a)).input(info(g));
+  const std::int64_t t = da.seq;
+  batched_gemm(blas, f64, true, dg.features, da.features, t, g.bytes(), t * dg.features, a.bytes(),
+               t * da.features, out.bytes(), dg.features * da.features, da.batch);
+  blas.synchronize();
+  scope.output(info(out));
+  return out;
+}
+
+void gemm(Blas& blas, bool f64, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+          std::int64_t k, const void* a, const void* b, void* c, double beta) {
+  if (m == 0 || n == 0) return;
+  // Column-major cᵀ [n, m] = op(b)ᵀ · op(a)ᵀ, where a row-major buffer is its transpose.
+  const cudaDataType type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  const double one64 = 1, beta64 = beta;
+  const float one32 = 1, beta32 = static_cast<float>(beta);
+  const void* alpha = f64 ? static_cast<const void*>(&one64) : static_cast<const void*>(&one32);
+  const void* bv = f64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
+  const auto i = [](std::int64_t v) { return static_cast<int>(v); };
+  MESHTEST_CUBLAS_CHECK(cublasGemmEx(blas.cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, i(n), i(m), i(k), alpha,
+                                     b, type, i(trans_b ? k : n), a, type, i(trans_a ? m : k), bv,
+                                     c, type, i(n), compute, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace meshtest::gpu::dp

@@ -37,4 +37,15 @@ DeviceTensor clipped_weight_grad(Blas& blas, const DeviceTensor& a, const Device
 /// Σ_i c_i Σ_t g_it.   g: [B, d_out] or [B, T, d_out], coef: [B]  ->  [d_out]
 DeviceTensor clipped_bias_grad(Blas& blas, const DeviceTensor& g, const DeviceTensor& coef);
 
+/// The per-sample weight gradients G_iᵀA_i themselves (what the hooks mode instantiates), by
+/// one strided-batched GEMM.   a, g as above  ->  [B, d_out, d_in]
+DeviceTensor per_sample_weight_grads(Blas& blas, const DeviceTensor& a, const DeviceTensor& g);
+
+/// Queues row-major c [m, n] = op(a) · op(b) + beta c on blas.stream() in f32 (no TF32) or f64
+/// (`f64`), op(a) [m, k] being a [m, k] or, with trans_a, the transpose of a [k, m] (b
+/// likewise, [k, n] or [n, k]); device buffers of blas.device(), unchecked. Nothing for m or
+/// n = 0; k = 0 gives beta c.
+void gemm(Blas& blas, bool f64, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+          std::int64_t k, const void* a, const void* b, void* c, double beta = 0);
+
 }  // namespace meshtest::gpu::dp
