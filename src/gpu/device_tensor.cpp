@@ -113,6 +113,40 @@ class StorageCache {
   std::map<int, std::size_t> held_;
 };
 
+/// Live and peak bytes of the DeviceTensors per device (memory_in_use, peak_memory).
+class MemoryCounter {
+ public:
+  void add(int device, std::size_t bytes) {
+    const std::lock_guard lock(mutex_);
+    auto& [live, peak] = bytes_[device];
+    live += bytes;
+    peak = std::max(peak, live);
+  }
+  void remove(int device, std::size_t bytes) {
+    const std::lock_guard lock(mutex_);
+    auto& live = bytes_[device].first;
+    live -= std::min(live, bytes);
+  }
+  std::pair<std::size_t, std::size_t> get(int device) {
+    const std::lock_guard lock(mutex_);
+    return bytes_[device];
+  }
+  void reset(int device) {
+    const std::lock_guard lock(mutex_);
+    auto& [live, peak] = bytes_[device];
+    peak = live;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::pair<std::size_t, std::size_t>> bytes_;
+};
+
+MemoryCounter& memory_counter() {
+  static MemoryCounter* const counter = new MemoryCounter;  // never destroyed, as the cache
+  return *counter;
+}
+
 /// The process's cache, never destroyed: the blocks it keeps at exit go with the process.
 StorageCache& storage_cache() {
   static StorageCache* const cache = new StorageCache;
@@ -134,7 +168,12 @@ std::size_t cached_size(std::size_t bytes) {
 
 }  // namespace
 
+std::size_t memory_in_use(int device) { return memory_counter().get(device).first; }
+std::size_t peak_memory(int device) { return memory_counter().get(device).second; }
+void reset_peak_memory(int device) { memory_counter().reset(device); }
+
 void detail::DeviceFree::operator()(std::byte* p) const noexcept {
+  memory_counter().remove(device, counted);
   if (keep_if_capturing(p, device, stream)) return;  // a replay may still use it
   int previous = -1;
   const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
@@ -201,8 +240,9 @@ void DeviceTensor::allocate(std::shared_ptr<const Stream> stream) {
          known ? fmt::format("{} of {} bytes free", free, total) : "unknown free memory");
   }
   const std::size_t kept = stream != nullptr ? 0 : block;
+  memory_counter().add(device_, block);
   data_ = std::unique_ptr<std::byte, detail::DeviceFree>(
-      static_cast<std::byte*>(p), detail::DeviceFree{device_, std::move(stream), kept});
+      static_cast<std::byte*>(p), detail::DeviceFree{device_, std::move(stream), kept, block});
 }
 
 DeviceTensor::DeviceTensor(const DeviceTensor& other) : shape_(other.shape_), dtype_(other.dtype_) {

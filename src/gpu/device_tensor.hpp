@@ -23,9 +23,18 @@ struct DeviceFree {
   int device = -1;
   std::shared_ptr<const Stream> stream;  ///< null: cudaMalloc'd
   std::size_t bytes = 0;                 ///< the cudaMalloc'd block's size
+  std::size_t counted = 0;               ///< the block's bytes in memory_in_use
   void operator()(std::byte* p) const noexcept;
 };
 }  // namespace detail
+
+/// The bytes of the DeviceTensors alive on `device` (their blocks' sizes), and the most alive at
+/// once since reset_peak_memory(device) (or the start): the high-water mark of meshtest's own
+/// tensors, not of the driver, the blocks kept for reuse or cuBLAS's workspaces. Thread safe.
+std::size_t memory_in_use(int device);
+std::size_t peak_memory(int device);
+/// Sets the peak of `device` to what is in use now.
+void reset_peak_memory(int device);
 
 /// DeviceTensor's tag for storage allocated in the order of `stream` (cudaMallocAsync from the
 /// device's default memory pool, which keeps freed memory for reuse) and freed in its order

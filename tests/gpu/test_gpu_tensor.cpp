@@ -265,6 +265,28 @@ TEST(DeviceTensor, AFreedBlockServesTheNextTensorOfAboutItsSize) {
   EXPECT_TRUE(e.to_host().bitwise_equal(pattern({1000, 1001}, DType::f32, 13)));
 }
 
+TEST(DeviceTensor, MemoryInUseAndItsPeakCountTheLiveTensors) {
+  const int device = current_device();
+  const std::size_t before = memory_in_use(device);
+  reset_peak_memory(device);
+  EXPECT_EQ(peak_memory(device), before);
+  {
+    const DeviceTensor a({1000, 1000}, DType::f32);  // 4 MB: its block at least that
+    const std::size_t with_a = memory_in_use(device);
+    EXPECT_GE(with_a - before, std::size_t{4000000});
+    EXPECT_LT(with_a - before, std::size_t{5000000});  // blocks round up by an eighth at most
+    {
+      const DeviceTensor b({500, 1000}, DType::f32);
+      EXPECT_GE(memory_in_use(device) - with_a, std::size_t{2000000});
+    }
+    EXPECT_EQ(memory_in_use(device), with_a);  // b's block back
+    EXPECT_GE(peak_memory(device) - before, std::size_t{6000000});
+    reset_peak_memory(device);
+    EXPECT_EQ(peak_memory(device), with_a);
+  }
+  EXPECT_EQ(memory_in_use(device), before);
+}
+
 TEST(Runtime, SetDeviceOutOfRangeNamesTheOrdinalAndTheCount) {
   const int n = device_count();
   ASSERT_GT(n, 0);
