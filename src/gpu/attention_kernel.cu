@@ -192,7 +192,10 @@ __global__ void __launch_bounds__(128)
     float dot[kMaxPer];
     for (int m = 0; m < kMaxPer; ++m) dot[m] = 0;
     const S* kr = kg + j * stride;
-#pragma unroll
+    // Every load of the row in flight at once up to 8 of them (gpt-oss's 64 bf16: 8), fewer
+    // for wider rows (their instantiations' compile time).
+    constexpr int kUnroll = kD / kE <= 8 ? kD / kE : 2;
+#pragma unroll kUnroll
     for (int e0 = 0; e0 < kD; e0 += kE) {
       const uint4 w = *reinterpret_cast<const uint4*>(kr + e0);
       const S* piece = reinterpret_cast<const S*>(&w);
