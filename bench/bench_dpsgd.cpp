@@ -3,8 +3,8 @@
 //
 // Peak memory: a bench::HeapWindow (bench/bench_heap_counter.cpp) around the measured step
 // counts live heap bytes and their peak; outside it the interposed allocator does no accounting.
-// With --device cuda (one GPU, np 1) each step runs on a GPU model (bench/dpsgd_cuda.cpp) and its
-// peak is the GPU tensors' high-water mark.
+// With --device cuda each step runs on a GPU model (np 1) or under FSDP on GPU ranks (np N, a GPU
+// per rank; bench/dpsgd_cuda.cpp), and its peak is the GPU tensors' high-water mark.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <boost/program_options.hpp>
@@ -81,8 +81,11 @@ Sample measure(const dist::MeshDevice& mesh, const dp::Sequential& model, const 
                const Tensor& x, const Tensor& y, double clip, bool cuda) {
 #if MESHTEST_BENCH_CUDA
   if (cuda) {
-    const bench::CudaDpSample s = bench::measure_dp_cuda(model, mode, x, y, clip);
-    return {.seconds = s.seconds, .peak = s.peak};
+    const bench::CudaDpSample c = bench::measure_dp_cuda(mesh, model, mode, x, y, clip);
+    Sample s{.seconds = c.seconds, .peak = c.peak};
+    MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.seconds, 1, MPI_DOUBLE, MPI_MAX, mesh.comm()));
+    MESHTEST_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.peak, 1, MPI_INT64_T, MPI_MAX, mesh.comm()));
+    return s;
   }
 #else
   (void)cuda;
@@ -127,12 +130,14 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
       "measured in the same run (modes interleaved per iteration), as ratios. Under mpirun -np N\n"
       "each mode runs FSDP-sharded (the batch split by array_split). A step = forward, per-sample\n"
       "norms, clipping and the clipped sum (noise and the update cost the same in every private\n"
-      "mode and are left out). Full run: --seq 64,256,1024,4096 (minutes). --device cuda: one GPU\n"
-      "(np 1), the GPU's peak memory, and the long-sequence target against ghost");
+      "mode and are left out). Full run: --seq 64,256,1024,4096 (minutes). --device cuda: a GPU\n"
+      "model on one GPU (np 1) or FSDP over N GPU ranks (one GPU each; the step includes the SGD\n"
+      "update there), the GPU's peak memory, and the long-sequence target against ghost");
   auto add = opts.add_options();
   add("help,h", "print this help");
   add("device", po::value<std::string>()->default_value("cpu"),
-      "cpu, or cuda: a GPU model on one GPU (a build with the GPU side, np 1)");
+      "cpu, or cuda: a GPU model on one GPU, or FSDP over NCCL at np > 1 (a build with the GPU "
+      "side)");
   add("models", po::value<std::string>(),
       "comma list: linear8 (8 Linear 1024x1024), mlp12 (12 x Linear 768 + GELU), wide4 (4 Linear "
       "4096x4096); default linear8,mlp12 (cpu), linear8,mlp12,wide4 (cuda)");
@@ -158,11 +163,16 @@ int run(int argc, char** argv, const dist::Environment& env, MpiRunState& state)
   MESHTEST_CHECK(!cuda || MESHTEST_BENCH_CUDA,
                  "--device cuda: this meshtest-bench was built without the GPU side (configure "
                  "with -DMESHTEST_CUDA=ON; docs/gpu.md)");
-  MESHTEST_CHECK(!cuda || env.size() == 1,
-                 "--device cuda runs on one GPU (np 1): FSDP over NCCL is not yet on GPUs (np {})",
-                 env.size());
 #if MESHTEST_BENCH_CUDA
-  if (cuda) bench::check_dp_cuda();
+  if (cuda) {
+    if (const std::string problem = bench::bind_dp_cuda(); !problem.empty()) {
+      if (env.rank() == 0) {
+        fmt::print(stderr, "meshtest-bench dpsgd: --device cuda: GPU ranks unavailable: {}\n",
+                   problem);
+      }
+      return 2;
+    }
+  }
 #endif
   std::vector<const ModelSpec*> picked;
   const std::string model_list = vm.count("models") ? vm["models"].as<std::string>()

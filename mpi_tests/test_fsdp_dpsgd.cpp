@@ -14,6 +14,7 @@
 #include "dist/mesh/mesh_device.hpp"
 #include "dist/parallel/fsdp.hpp"
 #include "mpi_tests/support/ccl_expect_error.hpp"
+#include "mpi_tests/support/fsdp_cases.hpp"
 #include "src/check/tolerance.hpp"
 #include "src/core/random.hpp"
 #include "src/dp/real.hpp"
@@ -24,9 +25,7 @@ namespace meshtest::dist {
 namespace {
 
 using ccl_test::expect_error;
-using test_support::coef_scale;
 using test_support::dp_terms;
-using test_support::DpTerms;
 using test_support::expect_within;
 
 // FsdpDpSgd keeps a reference to its mesh: a temporary mesh must not compile.
@@ -37,98 +36,36 @@ static_assert(
 static_assert(
     !std::is_constructible_v<FsdpDpSgd, MeshDevice, const dp::Sequential&, dp::DpSgdOptions>);
 
-constexpr const char* kSpec = "linear:7,gelu,rmsnorm,linear:5";
-constexpr std::int64_t kIn = 6, kOut = 5, kSeq = 3;
-constexpr int kSteps = 10;
-
-// The global batch of a step: x [B, T, 6], mse targets [B, T, 5] or ce classes [B, T].
-struct Batch {
-  Tensor x, y;
-};
-Batch global_batch(std::int64_t b, int step, DType dt, dp::LossKind loss) {
-  Batch r{.x = random_normal({b, kSeq, kIn}, dt,
-                             {.seed = 1000, .stream = static_cast<std::uint64_t>(step)}),
-          .y = {}};
-  r.y = loss == dp::LossKind::mse
-            ? random_normal({b, kSeq, kOut}, dt,
-                            {.seed = 2000, .stream = static_cast<std::uint64_t>(step)})
-            : random_integers({b, kSeq}, DType::i64,
-                              {.seed = 3000, .stream = static_cast<std::uint64_t>(step)}, 0,
-                              kOut - 1);
-  return r;
-}
-
-struct Case {
-  std::string mode;
-  DType dtype;
-  dp::LossKind loss;
-  dp::Reduction reduction;
-  dp::OptimizerKind optimizer;
-  std::int64_t batch;  // global; < np leaves some devices without samples
-};
-
-std::string label(const Case& c, int np) {
-  return fmt::format("mode={} {} loss={} reduction={} opt={} B={} np={}", c.mode,
-                     dtype_name(c.dtype), dp::loss_name(c.loss), dp::reduction_name(c.reduction),
-                     c.optimizer == dp::OptimizerKind::sgd ? "sgd" : "adam", c.batch, np);
-}
-
-// C = the median per-sample norm of the first batch: some samples are clipped, some not.
-double median_norm(const dp::Sequential& model, const Batch& b, const dp::DpOptions& opt) {
-  const dp::DpGrads g = dp::PrivateModel(model, "hooks", opt).compute(b.x, b.y);
-  std::vector<double> n;
-  for (std::int64_t i = 0; i < g.norms.numel(); ++i) n.push_back(g.norms.item(i));
-  std::sort(n.begin(), n.end());
-  return n[n.size() / 2];
-}
+using fsdp_test::Batch;
+using fsdp_test::Case;
+using fsdp_test::global_batch;
+using fsdp_test::kIn;
+using fsdp_test::kOut;
+using fsdp_test::kSeq;
+using fsdp_test::kSpec;
+using fsdp_test::kSteps;
 
 // kSteps steps with noise on N devices and on one; compares parameters and per-sample norms.
 void run_case(const MeshDevice& mesh, const Case& c) {
   const int n = mesh.size(), r = mesh.device_id();
-  const std::string l = label(c, n);
+  SCOPED_TRACE(fsdp_test::label(c, n));
   const dp::Sequential model = dp::parse_model(kSpec, kIn, c.dtype, {.seed = 5});
-  dp::DpSgdOptions opt{.mode = c.mode,
-                       .dp = {.clip = 1, .loss = c.loss, .reduction = c.reduction},
-                       .noise = {.sigma = 0.6, .seed = 77},
-                       .optimizer = {.kind = c.optimizer, .lr = 0.05}};
-  opt.dp.clip = median_norm(model, global_batch(c.batch, 0, c.dtype, c.loss), opt.dp);
+  const dp::DpSgdOptions opt = fsdp_test::options_of(c, model);
   FsdpDpSgd fsdp(mesh, model, opt);
   dp::DpSgd single(model, opt);
-  // The same steps in another order (dp_terms; each device's samples, then the reduce_scatter
-  // over n devices, the noise and the optimizer's update: 4); each step's error enters the next
-  // through the parameters: n adds up over the steps.
-  const DpTerms terms = dp_terms(model, global_batch(c.batch, 0, c.dtype, c.loss).x);
-  const std::int64_t per_step = terms.clipped + n + 4;
-  const auto after = [&](int steps) {
-    return ErrorModel{
-        .dtype = c.dtype, .terms = steps * per_step, .reference = Reference::other_order};
-  };
-  int clipped = 0, unclipped = 0;
+  fsdp_test::StepChecks checks(model, c, n);
   for (int step = 0; step < kSteps; ++step) {
     const Batch all = global_batch(c.batch, step, c.dtype, c.loss);
     const Range mine = split_range(c.batch, n, r);
     const dp::StepReport got = fsdp.step(all.x.slice(0, mine), all.y.slice(0, mine));
-    const dp::StepReport want = single.step(all.x, all.y);
-    if (c.mode == "non_private") continue;
-    // Per-sample norms: this device's samples, complete here (never reduced across devices).
-    ASSERT_EQ(got.norms.shape(), Shape{mine.size}) << l;
-    const std::string at = fmt::format("{} step {}", l, step);
-    const Tensor want_norms = want.norms.slice(0, mine), want_coef = want.coef.slice(0, mine);
-    expect_within(want_norms, got.norms, after(step + 1), at + " norms");
-    expect_within(want_coef, got.coef, after(step + 1), at + " coef",
-                  coef_scale(want_norms, want_coef));
-    for (std::int64_t i = 0; i < want.coef.numel(); ++i)
-      (want.coef.item(i) < 1 ? clipped : unclipped)++;
+    checks.step(step, got, single.step(all.x, all.y), mine);
   }
-  if (c.mode != "non_private") {
-    EXPECT_GT(clipped, 0) << l << ": C should clip some samples";
-    EXPECT_GT(unclipped, 0) << l << ": and leave others";
-  }
+  checks.finish();
   const std::vector<Tensor> params = fsdp.gather_parameters();
   const auto want = single.model().parameters();
   ASSERT_EQ(params.size(), want.size());
   for (std::size_t p = 0; p < params.size(); ++p) {
-    expect_within(want[p]->value, params[p], after(kSteps), l + " " + want[p]->name);
+    expect_within(want[p]->value, params[p], checks.after(kSteps), want[p]->name);
   }
   // Shards follow array_split of the flattened parameter and the values are freed.
   for (std::size_t p = 0; p < params.size(); ++p) {
@@ -139,14 +76,7 @@ void run_case(const MeshDevice& mesh, const Case& c) {
 
 TEST(FsdpDpSgd, TenNoisyStepsEqualSingleDeviceF64) {
   const MeshDevice mesh = MeshDevice::line();
-  for (const std::string mode : {"fused_bk", "fused", "ghost", "hooks"}) {
-    run_case(mesh, {mode, DType::f64, dp::LossKind::mse, dp::Reduction::mean,
-                    dp::OptimizerKind::adam, 11});
-  }
-  run_case(mesh, {"fused_bk", DType::f64, dp::LossKind::ce, dp::Reduction::sum,
-                  dp::OptimizerKind::sgd, 11});
-  run_case(mesh, {"non_private", DType::f64, dp::LossKind::mse, dp::Reduction::mean,
-                  dp::OptimizerKind::sgd, 9});
+  for (const Case& c : fsdp_test::noisy_f64_cases()) run_case(mesh, c);
 }
 
 TEST(FsdpDpSgd, TenNoisyStepsEqualSingleDeviceF32) {
@@ -158,12 +88,8 @@ TEST(FsdpDpSgd, TenNoisyStepsEqualSingleDeviceF32) {
 }
 
 TEST(FsdpDpSgd, DevicesWithoutSamples) {
-  // B = 3 over more than 3 devices: some hold no sample in a step (legal).
   const MeshDevice mesh = MeshDevice::line();
-  run_case(mesh, {"fused_bk", DType::f64, dp::LossKind::mse, dp::Reduction::mean,
-                  dp::OptimizerKind::adam, 3});
-  run_case(mesh,
-           {"fused", DType::f64, dp::LossKind::ce, dp::Reduction::mean, dp::OptimizerKind::sgd, 3});
+  for (const Case& c : fsdp_test::devices_without_samples_cases()) run_case(mesh, c);
 }
 
 TEST(FsdpDpSgd, NormAllReduceBugWouldBeCaught) {
@@ -194,26 +120,13 @@ TEST(FsdpDpSgd, NormAllReduceBugWouldBeCaught) {
 }
 
 TEST(FsdpDpSgd, GathersBeforeForwardAndBackward) {
-  // fused_bk: every parameter gathered once for forward and once for backward, one
-  // reduce_scatter per parameter; ghost gathers again for its second backward.
   const MeshDevice mesh = MeshDevice::line();
   const dp::Sequential model = dp::parse_model(kSpec, kIn, DType::f64, {.seed = 5});
-  const std::size_t params = model.parameters().size();  // 5
-  for (const auto& [mode, gathers] : std::vector<std::pair<std::string, std::size_t>>{
-           {"fused_bk", 2 * params}, {"ghost", 3 * params}}) {
+  fsdp_test::expect_gathers_per_pass(mesh, [&](const std::string& mode, const Batch& all,
+                                               Range mine) {
     FsdpDpSgd fsdp(mesh, model, {.mode = mode, .dp = {.clip = 1e-3}, .noise = {}, .optimizer = {}});
-    const Batch all = global_batch(4, 0, DType::f64, dp::LossKind::mse);
-    const Range mine = split_range(4, mesh.size(), mesh.device_id());
-    perf::Session session;
     fsdp.step(all.x.slice(0, mine), all.y.slice(0, mine));
-    std::size_t ag = 0, rs = 0;
-    for (const auto& rec : perf::records()) {
-      ag += rec.op_code == "all_gather";
-      rs += rec.op_code == "reduce_scatter";
-    }
-    EXPECT_EQ(ag, gathers) << mode;
-    EXPECT_EQ(rs, params) << mode;
-  }
+  });
 }
 
 TEST(FsdpDpSgd, BadInputOnOneDeviceFailsEverywhere) {

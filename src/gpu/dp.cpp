@@ -75,6 +75,29 @@ void batched_gemm(Blas& blas, bool f64, bool trans_x, std::int64_t m, std::int64
   }
 }
 
+/// An output of `finish`'s kind on blas's device (zero-filled with `zero`).
+DeviceTensor output(Blas& blas, Shape shape, DType dtype, Finish finish, bool zero = false) {
+  if (finish == Finish::complete) {
+    return zero ? DeviceTensor(std::move(shape), dtype)
+                : DeviceTensor(std::move(shape), dtype, Tensor::Uninitialized{});
+  }
+  DeviceTensor out(std::move(shape), dtype, StreamOrdered{blas.shared_stream()});
+  if (zero && out.nbytes() > 0) {
+    MESHTEST_CUDA_CHECK(cudaMemsetAsync(out.bytes(), 0, out.nbytes(), blas.stream()));
+  }
+  return out;
+}
+
+/// Scratch of a call, allocated and freed in the order of blas's stream.
+DeviceTensor scratch(Blas& blas, Shape shape, DType dtype) {
+  return DeviceTensor(std::move(shape), dtype, StreamOrdered{blas.shared_stream()});
+}
+
+/// The end of a call: its work finished, unless it is only queued.
+void finish_call(Blas& blas, Finish finish) {
+  if (finish == Finish::complete) blas.synchronize();
+}
+
 /// Samples per chunk whose scratch of `per_sample` elements of `element` bytes stays within
 /// kScratchBytes (at least one).
 std::int64_t chunk_of(std::int64_t batch, std::int64_t per_sample, std::int64_t element) {
@@ -84,13 +107,14 @@ std::int64_t chunk_of(std::int64_t batch, std::int64_t per_sample, std::int64_t 
 
 }  // namespace
 
-DeviceTensor ghost_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTensor& g) {
+DeviceTensor ghost_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTensor& g,
+                           Finish finish) {
   constexpr std::string_view op = "gpu ghost_norm_sq";
   const auto [da, dg] = check_pair(op, blas, a, g);
   const bool f64 = a.dtype() == DType::f64;
   const std::int64_t esize = static_cast<std::int64_t>(dtype_size(a.dtype()));
   const DeviceGuard guard(blas.device());
-  DeviceTensor out(Shape{da.batch}, a.dtype(), Tensor::Uninitialized{});
+  DeviceTensor out = output(blas, Shape{da.batch}, a.dtype(), finish);
   perf::OpScope scope("ghost_norm");
   scope.input(info(a)).input(info(g));
   const cudaStream_t stream = blas.stream();
@@ -100,7 +124,7 @@ DeviceTensor ghost_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTensor
         f64, a.bytes(), g.bytes(), da.batch, da.features, dg.features, out.bytes(), stream));
   } else {
     const std::int64_t chunk = chunk_of(da.batch, 2 * t * t, esize);
-    DeviceTensor grams(Shape{2, chunk, t, t}, a.dtype(), Tensor::Uninitialized{});
+    DeviceTensor grams = scratch(blas, Shape{2, chunk, t, t}, a.dtype());
     std::byte* aa = grams.bytes();
     std::byte* gg = aa + chunk * t * t * esize;
     for (std::int64_t i0 = 0; i0 < da.batch; i0 += chunk) {
@@ -115,16 +139,15 @@ DeviceTensor ghost_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTensor
       MESHTEST_CUDA_CHECK(detail::launch_sample_dots(f64, aa, gg, n, t * t, false,
                                                      out.bytes() + i0 * esize, stream));
     }
-    blas.synchronize();  // before the Grams are freed
   }
-  blas.synchronize();
+  finish_call(blas, finish);
   const double b = static_cast<double>(da.batch), tt = static_cast<double>(t);
   scope.output(info(out)).flops(2.0 * b * tt * tt * static_cast<double>(da.features + dg.features));
   return out;
 }
 
 DeviceTensor direct_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTensor& g,
-                            DeviceTensor* weight_grad) {
+                            DeviceTensor* weight_grad, Finish finish) {
   constexpr std::string_view op = "gpu direct_norm_sq";
   const auto [da, dg] = check_pair(op, blas, a, g);
   if (weight_grad != nullptr) {
@@ -137,13 +160,13 @@ DeviceTensor direct_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTenso
   const bool f64 = a.dtype() == DType::f64;
   const std::int64_t esize = static_cast<std::int64_t>(dtype_size(a.dtype()));
   const DeviceGuard guard(blas.device());
-  DeviceTensor out(Shape{da.batch}, a.dtype(), Tensor::Uninitialized{});
+  DeviceTensor out = output(blas, Shape{da.batch}, a.dtype(), finish);
   perf::OpScope scope(weight_grad != nullptr ? "direct_norm_weight_grad" : "direct_norm");
   scope.input(info(a)).input(info(g));
   const cudaStream_t stream = blas.stream();
   const std::int64_t t = da.seq, w = dg.features * da.features;
   const std::int64_t chunk = chunk_of(da.batch, w, esize);
-  DeviceTensor grads(Shape{chunk, dg.features, da.features}, a.dtype(), Tensor::Uninitialized{});
+  DeviceTensor grads = scratch(blas, Shape{chunk, dg.features, da.features}, a.dtype());
   for (std::int64_t i0 = 0; i0 < da.batch; i0 += chunk) {
     const std::int64_t n = std::min(chunk, da.batch - i0);
     // W_i = G_iᵀ A_i: [T, d_out]ᵀ · [T, d_in] per sample.
@@ -158,79 +181,83 @@ DeviceTensor direct_norm_sq(Blas& blas, const DeviceTensor& a, const DeviceTenso
     batched_gemm(blas, f64, true, dg.features, da.features, da.batch * t, g.bytes(), 0, a.bytes(),
                  0, weight_grad->bytes(), 0, 1, 1.0);
   }
-  blas.synchronize();  // complete, and before the scratch is freed
+  finish_call(blas, finish);
   const double b = static_cast<double>(da.batch), tt = static_cast<double>(t);
   scope.output(info(out)).flops(2.0 * b * tt * static_cast<double>(w));
   return out;
 }
 
-DeviceTensor bias_norm_sq(Blas& blas, const DeviceTensor& g) {
+DeviceTensor bias_norm_sq(Blas& blas, const DeviceTensor& g, Finish finish) {
   constexpr std::string_view op = "gpu bias_norm_sq";
   const SeqDims d = meshtest::dp::seq_dims(g.shape(), op, "g");
   const bool f64 = is_f64(op, "the output grads", g);
   check_on_device(op, "g", g, blas.device());
   const DeviceGuard guard(blas.device());
-  DeviceTensor out(Shape{d.batch}, g.dtype(), Tensor::Uninitialized{});
+  DeviceTensor out = output(blas, Shape{d.batch}, g.dtype(), finish);
   perf::OpScope scope("bias_norm");
   scope.input(info(g));
   MESHTEST_CUDA_CHECK(detail::launch_bias_norms(f64, g.bytes(), d.batch, d.seq, d.features,
                                                 out.bytes(), blas.stream()));
-  blas.synchronize();
+  finish_call(blas, finish);
   scope.output(info(out));
   return out;
 }
 
 DeviceTensor clipped_weight_grad(Blas& blas, const DeviceTensor& a, const DeviceTensor& g,
-                                 const DeviceTensor& coef) {
+                                 const DeviceTensor& coef, Finish finish) {
   constexpr std::string_view op = "gpu clipped_weight_grad";
   const auto [da, dg] = check_pair(op, blas, a, g);
   check_coef(op, blas, coef, da.batch, a.dtype());
   const bool f64 = a.dtype() == DType::f64;
   const DeviceGuard guard(blas.device());
-  DeviceTensor out(Shape{dg.features, da.features}, a.dtype());  // zero: no rows, no sum
+  DeviceTensor out =
+      output(blas, Shape{dg.features, da.features}, a.dtype(), finish, true);  // zero: no rows
   perf::OpScope scope("clipped_weight_grad");
   scope.input(info(a)).input(info(g)).input(info(coef));
-  DeviceTensor scaled(g.shape(), g.dtype(), Tensor::Uninitialized{});
+  DeviceTensor scaled = scratch(blas, g.shape(), g.dtype());
   MESHTEST_CUDA_CHECK(detail::launch_scale_samples(f64, g.bytes(), coef.bytes(), dg.batch, dg.seq,
                                                    dg.features, scaled.bytes(), blas.stream()));
   if (da.batch > 0) {
     batched_gemm(blas, f64, true, dg.features, da.features, da.batch * da.seq, scaled.bytes(), 0,
                  a.bytes(), 0, out.bytes(), 0, 1);
   }
-  blas.synchronize();  // complete, and before the scaled rows are freed
+  finish_call(blas, finish);
   scope.output(info(out));
   return out;
 }
 
-DeviceTensor clipped_bias_grad(Blas& blas, const DeviceTensor& g, const DeviceTensor& coef) {
+DeviceTensor clipped_bias_grad(Blas& blas, const DeviceTensor& g, const DeviceTensor& coef,
+                               Finish finish) {
   constexpr std::string_view op = "gpu clipped_bias_grad";
   const SeqDims d = meshtest::dp::seq_dims(g.shape(), op, "g");
   const bool f64 = is_f64(op, "the output grads", g);
   check_coef(op, blas, coef, d.batch, g.dtype());
   check_on_device(op, "g", g, blas.device());
   const DeviceGuard guard(blas.device());
-  DeviceTensor out(Shape{d.features}, g.dtype(), Tensor::Uninitialized{});
+  DeviceTensor out = output(blas, Shape{d.features}, g.dtype(), finish);
   perf::OpScope scope("clipped_bias_grad");
   scope.input(info(g)).input(info(coef));
   MESHTEST_CUDA_CHECK(detail::launch_clipped_bias(f64, g.bytes(), coef.bytes(), d.batch, d.seq,
                                                   d.features, out.bytes(), blas.stream()));
-  blas.synchronize();
+  finish_call(blas, finish);
   scope.output(info(out));
   return out;
 }
 
-DeviceTensor per_sample_weight_grads(Blas& blas, const DeviceTensor& a, const DeviceTensor& g) {
+DeviceTensor per_sample_weight_grads(Blas& blas, const DeviceTensor& a, const DeviceTensor& g,
+                                     Finish finish) {
   constexpr std::string_view op = "gpu per_sample_weight_grads";
   const auto [da, dg] = check_pair(op, blas, a, g);
   const bool f64 = a.dtype() == DType::f64;
   const DeviceGuard guard(blas.device());
-  DeviceTensor out(Shape{da.batch, dg.features, da.features}, a.dtype());
+  DeviceTensor out =
+      output(blas, Shape{da.batch, dg.features, da.features}, a.dtype(), finish, true);
   perf::OpScope scope("per_sample_weight_grads");
   scope.input(info(a)).input(info(g));
   const std::int64_t t = da.seq;
   batched_gemm(blas, f64, true, dg.features, da.features, t, g.bytes(), t * dg.features, a.bytes(),
                t * da.features, out.bytes(), dg.features * da.features, da.batch);
-  blas.synchronize();
+  finish_call(blas, finish);
   scope.output(info(out));
   return out;
 }

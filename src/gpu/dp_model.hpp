@@ -55,8 +55,18 @@ class Model {
   /// model's dtype, y as meshtest::dp::loss_and_grad takes it); the cached activations are freed
   /// after. Throws the CPU's Errors for the mode's name, the clip, the shapes and dtypes, and a
   /// class outside the logits (checked on the host).
+  /// `hooks` (meshtest::dp::StepHooks, as the CPU modes take them): layers.before(k) and
+  /// layers.after(k) around layer k's forward and each of its backwards (FSDP gathers and frees
+  /// the layer's parameters there: layer_parameters), and all_of to agree, across the devices
+  /// that share the passes, on whether fused needs its second backward.
   Grads compute(const DeviceTensor& x, const DeviceTensor& y, std::string_view mode,
-                const meshtest::dp::DpOptions& opt);
+                const meshtest::dp::DpOptions& opt, const meshtest::dp::StepHooks& hooks = {});
+
+  /// compute's checks alone, on the host (reads y's classes for ce): the mode, the clip, x's
+  /// shape, dtype and device, the features through the layers, and the loss's targets. Returns
+  /// the output's shape. A collective caller runs it inside an agreement (FSDP).
+  Shape check(const DeviceTensor& x, const DeviceTensor& y, std::string_view mode,
+              const meshtest::dp::DpOptions& opt) const;
 
   /// θ −= lr · grad for every parameter (SGD; grads in parameters() order, as compute gives).
   void sgd_step(const std::vector<DeviceTensor>& grads, double lr);
@@ -65,6 +75,14 @@ class Model {
   std::vector<Tensor> parameters() const;
   /// The parameters' state-dict names, in the same order.
   std::vector<std::string> names() const;
+  /// The parameters' shapes, in the same order (whether or not they are held now).
+  std::vector<Shape> shapes() const;
+  /// The number of layers, and layer k's parameters (weight before bias), for a caller that
+  /// holds them elsewhere between uses (FSDP: dist/gpu/parallel/fsdp_dp.hpp frees them, and
+  /// sets them, in their shapes and the model's dtype, before compute uses layer k).
+  std::size_t layers() const;
+  std::vector<DeviceTensor>& layer_parameters(std::size_t k);
+  const std::vector<DeviceTensor>& layer_parameters(std::size_t k) const;
   DType dtype() const { return dtype_; }
 
   struct Layer;  ///< (dp_model.cpp)

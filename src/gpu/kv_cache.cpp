@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "src/gpu/runtime.hpp"
 #include "src/gpu/tensor_checks.hpp"
 #include "src/ops/kv_cache.hpp"
 #include "src/perf/profiler.hpp"
@@ -49,6 +50,36 @@ void DeviceKvCache::write(const DeviceTensor& k, const DeviceTensor& v,
     i += run;
   }
   scope.bytes(static_cast<std::int64_t>(k.nbytes() + v.nbytes()));
+}
+
+void DeviceKvCache::write_rows(const DeviceTensor& k, const DeviceTensor& v, std::int64_t row,
+                               std::int64_t n, std::int64_t first, cudaStream_t stream) {
+  constexpr std::string_view op = "gpu KvCache::write_rows";
+  perf::OpScope scope("kv_cache_write");
+  scope.input(info(k)).input(info(v));
+  MESHTEST_CHECK(k.rank() == 3 && k.shape() == v.shape() && k.shape()[1] == kv_heads_ &&
+                     k.shape()[2] == head_dim_,
+                 "{}: k is {} and v {}, expected {}[m, {}, {}] each", op, describe(k), describe(v),
+                 dtype(), kv_heads_, head_dim_);
+  check_dtype(op, "k", k, dtype());
+  check_dtype(op, "v", v, dtype());
+  check_on_device(op, "k", k, k_.device());
+  check_on_device(op, "v", v, k_.device());
+  MESHTEST_CHECK(row >= 0 && n >= 0 && row + n <= k.shape()[0],
+                 "{}: rows [{}, {}) are not within k's {} rows", op, row, row + n, k.shape()[0]);
+  MESHTEST_CHECK(first >= 0 && first + n <= max_len_,
+                 "{}: positions [{}, {}) are not within [0, {})", op, first, first + n, max_len_);
+  if (n == 0) return;
+  const std::size_t bytes = k.nbytes() / static_cast<std::size_t>(k.shape()[0]);
+  const auto at = [&](std::int64_t i) { return static_cast<std::size_t>(i) * bytes; };
+  const DeviceGuard guard(k_.device());
+  const auto size = static_cast<std::size_t>(n) * bytes;
+  MESHTEST_CUDA_CHECK(cudaMemcpyAsync(k_.bytes() + at(first), k.bytes() + at(row), size,
+                                      cudaMemcpyDeviceToDevice, stream));
+  MESHTEST_CUDA_CHECK(cudaMemcpyAsync(v_.bytes() + at(first), v.bytes() + at(row), size,
+                                      cudaMemcpyDeviceToDevice, stream));
+  for (std::int64_t r = first; r < first + n; ++r) written_[static_cast<std::size_t>(r)] = true;
+  scope.bytes(static_cast<std::int64_t>(2 * size));
 }
 
 namespace {

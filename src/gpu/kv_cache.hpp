@@ -2,6 +2,8 @@
 // read as a window, with the CPU KvCache's contract (src/ops/kv_cache.hpp).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -24,6 +26,15 @@ class DeviceKvCache {
   /// (a position outside [0, max_len), a repeated one, shapes or dtypes that do not fit), and
   /// for tensors on another GPU.
   void write(const DeviceTensor& k, const DeviceTensor& v, std::span<const std::int64_t> positions);
+
+  /// Stores rows [row, row + n) of k and v ([m, kv_heads, head_dim] each, m >= row + n, on the
+  /// cache's GPU) at positions [first, first + n), queued on `stream` without waiting: two
+  /// device-to-device copies and no temporaries, for a step that writes many caches and then
+  /// reads them in the stream's order (the model's batch decode: one wait for all its caches
+  /// instead of several per cache). k and v must stay alive and unchanged until the stream has
+  /// run the copies. Errors as write's, and for rows outside k.
+  void write_rows(const DeviceTensor& k, const DeviceTensor& v, std::int64_t row, std::int64_t n,
+                  std::int64_t first, cudaStream_t stream);
 
   /// Keys and values of positions [begin, end): [end − begin, kv_heads, head_dim] each. Throws
   /// Error unless 0 <= begin <= end <= max_len.

@@ -1,6 +1,8 @@
 // qkv_rope (GPU): the attention block's qkv Linear, q/k/v split and RoPE on DeviceTensors.
 #pragma once
 
+#include <span>
+
 #include "src/gpu/blas.hpp"
 #include "src/gpu/device_tensor.hpp"
 #include "src/ops/qkv_rope.hpp"
@@ -24,5 +26,16 @@ struct DeviceQkv {
 /// eager call at them first).
 DeviceQkv qkv_rope(Blas& blas, const DeviceTensor& x, const DeviceTensor& weight,
                    const DeviceTensor& bias, const QkvRopeOptions& o);
+
+/// qkv_rope with token i at positions[i] (host memory, one per token, each >= 0) instead of
+/// o.position_offset + i (which must be 0): the rows of several sequences at their own positions
+/// in one Linear and one rotation (gpu::rope_at), as the model's batch decode step runs them
+/// (one token of each of 64 sequences: one call instead of 64). Token i's q and k are the CPU
+/// rope's bits at its position on the GPU's Linear output; the Linear is within the model of
+/// qkv_rope's. Complete when it returns; not capturable in a CUDA graph. Errors as qkv_rope's
+/// and rope_at's.
+DeviceQkv qkv_rope_at(Blas& blas, const DeviceTensor& x, const DeviceTensor& weight,
+                      const DeviceTensor& bias, const QkvRopeOptions& o,
+                      std::span<const std::int64_t> positions);
 
 }  // namespace meshtest::gpu

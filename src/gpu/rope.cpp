@@ -1,6 +1,7 @@
 // rope (GPU): the host's rope_table kept on each GPU, checks, and one rotation kernel per tensor.
 #include "src/gpu/rope.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -9,6 +10,7 @@
 
 #include "src/gpu/capture.hpp"
 #include "src/gpu/elementwise_kernel.hpp"
+#include "src/gpu/embedding.hpp"
 #include "src/gpu/op_timer.hpp"
 #include "src/gpu/runtime.hpp"
 #include "src/gpu/tensor_checks.hpp"
@@ -44,14 +46,12 @@ Tables& tables() {
   return *t;
 }
 
-/// Rows [offset, offset + tokens) of p's cos and sin tables on the current device: pointers into
-/// a kept table of at least offset + tokens rows. A table that is too short is replaced by one of
-/// the next power of two of rows (at least 4096): rope_table on the host, then an upload, which
-/// a CUDA-graph capture cannot record (an Error then: run the op once eagerly at those
-/// positions first). Row p of a longer table is the shorter one's: each row depends on its
-/// position only.
-std::pair<const std::byte*, const std::byte*> table_rows(const RopeParams& p, DType dtype,
-                                                         std::int64_t offset, std::int64_t tokens) {
+/// The kept table of p for dtype on the current device, of at least `need` rows (all.mutex held).
+/// A table that is too short is replaced by one of the next power of two of rows (at least
+/// 4096): rope_table on the host, then an upload, which a CUDA-graph capture cannot record (an
+/// Error then: run the op once eagerly at those positions first). Row p of a longer table is the
+/// shorter one's: each row depends on its position only.
+Table& table_of(Tables& all, const RopeParams& p, DType dtype, std::int64_t need) {
   const TableKey key{.device = current_device(),
                      .dtype = dtype,
                      .head_dim = p.head_dim,
@@ -60,10 +60,7 @@ std::pair<const std::byte*, const std::byte*> table_rows(const RopeParams& p, DT
                      .scaling_factor = p.scaling_factor,
                      .ntk_alpha = p.ntk_alpha,
                      .ntk_beta = p.ntk_beta};
-  Tables& all = tables();
-  const std::lock_guard lock(all.mutex);
   Table& t = all.current[key];
-  const std::int64_t need = offset + tokens;
   if (t.rows < need) {
     MESHTEST_CHECK(capturing_stream() == nullptr,
                    "gpu rope: positions up to {} are not in the table on the GPU yet, and a CUDA "
@@ -78,6 +75,16 @@ std::pair<const std::byte*, const std::byte*> table_rows(const RopeParams& p, DT
               .cos = DeviceTensor::from_host(host.cos),
               .sin = DeviceTensor::from_host(host.sin)};
   }
+  return t;
+}
+
+/// Rows [offset, offset + tokens) of p's cos and sin tables on the current device: pointers into
+/// a kept table of at least offset + tokens rows (table_of).
+std::pair<const std::byte*, const std::byte*> table_rows(const RopeParams& p, DType dtype,
+                                                         std::int64_t offset, std::int64_t tokens) {
+  Tables& all = tables();
+  const std::lock_guard lock(all.mutex);
+  Table& t = table_of(all, p, dtype, offset + tokens);
   const std::int64_t row_bytes = p.head_dim / 2 * static_cast<std::int64_t>(dtype_size(dtype));
   return {t.cos.bytes() + offset * row_bytes, t.sin.bytes() + offset * row_bytes};
 }
@@ -97,6 +104,14 @@ DeviceTensor rotated(const DeviceTensor& x, const std::byte* cos, const std::byt
                                 x.bytes(), cos, sin, y.bytes(), tokens, heads, half, stream));
   scope.output(info(y)).flops(3.0 * static_cast<double>(x.numel()));
   return y;
+}
+
+/// The checks of a (q, k) pair (rope's and rope_at's).
+void check_pair(std::string_view op, const DeviceTensor& q, const DeviceTensor& k) {
+  MESHTEST_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.shape()[0] == k.shape()[0],
+                 "{}: q {} and k {} must have the same number of tokens (dim 0)", op, describe(q),
+                 describe(k));
+  MESHTEST_CHECK(q.dtype() == k.dtype(), "{}: q is {} but k is {}", op, describe(q), describe(k));
 }
 
 void check_rotated(std::string_view op, const DeviceTensor& x, std::int64_t tokens,
@@ -131,10 +146,7 @@ std::pair<DeviceTensor, DeviceTensor> rope(const DeviceTensor& q, const DeviceTe
                                            const RopeParams& p, cudaStream_t stream,
                                            std::int64_t position_offset) {
   constexpr std::string_view op = "gpu rope";
-  MESHTEST_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.shape()[0] == k.shape()[0],
-                 "{}: q {} and k {} must have the same number of tokens (dim 0)", op, describe(q),
-                 describe(k));
-  MESHTEST_CHECK(q.dtype() == k.dtype(), "{}: q is {} but k is {}", op, describe(q), describe(k));
+  check_pair(op, q, k);
   MESHTEST_CHECK(p.head_dim > 0 && p.head_dim % 2 == 0 && position_offset >= 0,
                  "{}: head_dim {} must be even and > 0, position_offset {} >= 0", op, p.head_dim,
                  position_offset);
@@ -147,6 +159,42 @@ std::pair<DeviceTensor, DeviceTensor> rope(const DeviceTensor& q, const DeviceTe
   const auto [cos, sin] = table_rows(p, q.dtype(), position_offset, tokens);
   std::pair<DeviceTensor, DeviceTensor> out{rotated(q, cos, sin, half, stream),
                                             rotated(k, cos, sin, half, stream)};
+  scope.output(info(out.first)).output(info(out.second));
+  return out;
+}
+
+std::pair<DeviceTensor, DeviceTensor> rope_at(const DeviceTensor& q, const DeviceTensor& k,
+                                              const RopeParams& p, cudaStream_t stream,
+                                              std::span<const std::int64_t> positions) {
+  constexpr std::string_view op = "gpu rope_at";
+  check_pair(op, q, k);
+  MESHTEST_CHECK(p.head_dim > 0 && p.head_dim % 2 == 0, "{}: head_dim {} must be even and > 0", op,
+                 p.head_dim);
+  const std::int64_t tokens = q.shape()[0], half = p.head_dim / 2;
+  MESHTEST_CHECK(static_cast<std::int64_t>(positions.size()) == tokens,
+                 "{}: {} positions for {} tokens", op, positions.size(), tokens);
+  std::int64_t need = 0;
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    MESHTEST_CHECK(positions[i] >= 0, "{}: position {} (token {}) is negative", op, positions[i],
+                   i);
+    need = std::max(need, positions[i] + 1);
+  }
+  check_rotated(op, q, tokens, half);
+  check_rotated(op, k, tokens, half);
+  const DeviceGuard guard(q.empty() ? current_device() : q.device());
+  perf::OpScope scope("rope");
+  scope.input(info(q)).input(info(k)).attr("positions", tokens);
+  DeviceTensor cos, sin;
+  {
+    Tables& all = tables();
+    const std::lock_guard lock(all.mutex);
+    const Table& t = table_of(all, p, q.dtype(), need);
+    cos = embedding_shard(positions, t.cos, 0, t.rows, stream);
+    sin = embedding_shard(positions, t.sin, 0, t.rows, stream);
+  }
+  std::pair<DeviceTensor, DeviceTensor> out{rotated(q, cos.bytes(), sin.bytes(), half, stream),
+                                            rotated(k, cos.bytes(), sin.bytes(), half, stream)};
+  MESHTEST_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the gathered rows are freed
   scope.output(info(out.first)).output(info(out.second));
   return out;
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 #include <utility>
 
 #include "src/gpu/device_tensor.hpp"
@@ -32,5 +33,15 @@ DeviceTensor apply_rope(const DeviceTensor& x, const DeviceTensor& cos, const De
 std::pair<DeviceTensor, DeviceTensor> rope(const DeviceTensor& q, const DeviceTensor& k,
                                            const RopeParams& p, cudaStream_t stream,
                                            std::int64_t position_offset = 0);
+
+/// rope with token i at positions[i] (host memory, one per token, each >= 0, in any order)
+/// instead of position_offset + i: the rows of several sequences at their own positions in one
+/// call (a batch decode step). Token i gets the CPU rope's bits at its position. The table's rows
+/// are gathered for the tokens on `stream` (embedding_shard's gather; not capturable in a CUDA
+/// graph); the call waits for the rotations before it frees them. Errors as rope's, and for a
+/// count of positions other than the tokens' or a negative one (named with its index).
+std::pair<DeviceTensor, DeviceTensor> rope_at(const DeviceTensor& q, const DeviceTensor& k,
+                                              const RopeParams& p, cudaStream_t stream,
+                                              std::span<const std::int64_t> positions);
 
 }  // namespace meshtest::gpu

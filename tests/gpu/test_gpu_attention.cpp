@@ -91,6 +91,61 @@ TEST(GpuRope, QueriesAndKeysAreTheCpusBitsAtEveryOffset) {
   }
 }
 
+TEST(GpuQkvRope, EveryTokenAtItsOwnPosition) {
+  // qkv_rope_at (a batch decode's tokens of several sequences): token i rotated at positions[i]
+  // in any order, across YaRN's initial context and past the table's first 4096 rows.
+  const std::vector<std::int64_t> positions{4095, 0, 17, 100000, 18, 3};
+  const std::int64_t tokens = 6, hidden = 96, heads = 8, kv = 2, d = 64, qkv = (heads + 2 * kv) * d;
+  for (const DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(fmt::format("{}", t));
+    const Tensor x = random_normal({tokens, hidden}, t, {.seed = 65});
+    const Tensor w = random_normal({qkv, hidden}, t, {.seed = 66}, 0.0, 0.1);
+    const Tensor b = random_normal({qkv}, t, {.seed = 67});
+    const QkvRopeOptions o{.num_heads = heads, .num_kv_heads = kv, .rope = RopeParams{}};
+    Blas blas;
+    const DeviceQkv got = gpu::qkv_rope_at(blas, on_gpu(x), on_gpu(w), on_gpu(b), o, positions);
+    // Token by token: the CPU's rope at its position of the GPU's own Linear row, bit for bit;
+    // the whole op against the CPU's qkv_rope of that token alone, within qkv_rope's model.
+    const Tensor y = gpu::linear(blas, on_gpu(x), on_gpu(w), on_gpu(b)).to_host();
+    const Tensor gq = got.q.to_host(), gk = got.k.to_host(), gv = got.v.to_host();
+    const ErrorModel m{.dtype = t, .terms = hidden + 3, .roundings = t == DType::bf16 ? 3 : 0};
+    for (std::int64_t i = 0; i < tokens; ++i) {
+      const std::int64_t pos = positions[static_cast<std::size_t>(i)];
+      const Tensor row = y.slice(0, i, 1);
+      const auto [rq, rk] =
+          meshtest::rope(row.slice(1, 0, heads * d).reshape({1, kv, heads / kv, d}),
+                         row.slice(1, heads * d, kv * d).reshape({1, kv, d}), o.rope, pos);
+      EXPECT_TRUE(gq.slice(0, i, 1).bitwise_equal(rq)) << "q of token " << i;
+      EXPECT_TRUE(gk.slice(0, i, 1).bitwise_equal(rk)) << "k of token " << i;
+      EXPECT_TRUE(gv.slice(0, i, 1).bitwise_equal(
+          row.slice(1, (heads + kv) * d, kv * d).reshape({1, kv, d})))
+          << "v of token " << i;
+      QkvRopeOptions one = o;
+      one.position_offset = pos;
+      const Qkv want = meshtest::qkv_rope(x.slice(0, i, 1), w, b, one);
+      const Comparison cmp = compare(want.q, gq.slice(0, i, 1), m);
+      EXPECT_TRUE(cmp.passed) << "token " << i << ": " << cmp;
+    }
+  }
+  Blas blas;
+  const DeviceTensor x({2, 32}, DType::f32), w({3 * 64, 32}, DType::f32), b({3 * 64}, DType::f32);
+  const QkvRopeOptions o{.num_heads = 1, .num_kv_heads = 1, .rope = {}};
+  expect_error([&] { (void)gpu::qkv_rope_at(blas, x, w, b, o, std::vector<std::int64_t>{1}); },
+               {"gpu qkv_rope_at: 1 positions for 2 tokens"});
+  expect_error(
+      [&] {
+        (void)gpu::qkv_rope_at(blas, x, w, b, o, std::vector<std::int64_t>{1, -2});
+      },
+      {"gpu rope_at: position -2 (token 1) is negative"});
+  QkvRopeOptions offset = o;
+  offset.position_offset = 3;
+  expect_error(
+      [&] {
+        (void)gpu::qkv_rope_at(blas, x, w, b, offset, std::vector<std::int64_t>{1, 2});
+      },
+      {"gpu qkv_rope_at: position_offset is 3, expected 0 (the positions are given per token)"});
+}
+
 TEST(GpuQkvRope, WithinTheLinearsModelAndTheSplitAndRotationExact) {
   struct Case {
     std::int64_t tokens, hidden, heads, kv, offset;
@@ -120,6 +175,19 @@ TEST(GpuQkvRope, WithinTheLinearsModelAndTheSplitAndRotationExact) {
            {std::tuple{"q", &got.q, &want.q}, {"k", &got.k, &want.k}, {"v", &got.v, &want.v}}) {
         const Comparison cmp = compare(*h, g->to_host(), m);
         EXPECT_TRUE(cmp.passed) << name << ": " << cmp;
+      }
+      if (t == DType::bf16) {
+        // Against the f32 op on the same (bf16) values: the Linear's rounding, RoPE's table of
+        // cos and sin in bf16, its products' and its sum's: 4.
+        const auto f32 = [](const Tensor& a) { return a.astype(DType::f32); };
+        const Qkv want32 = meshtest::qkv_rope(f32(x), f32(w), f32(b), o);
+        const ErrorModel m32{.dtype = t, .terms = c.hidden + 3, .roundings = 4};
+        for (const auto& [name, g, h] : {std::tuple{"q", &got.q, &want32.q},
+                                         {"k", &got.k, &want32.k},
+                                         {"v", &got.v, &want32.v}}) {
+          const Comparison cmp = compare(*h, g->to_host(), m32);
+          EXPECT_TRUE(cmp.passed) << name << " against f32: " << cmp;
+        }
       }
       // The split and the rotation of the GPU's own Linear output: the CPU's bits.
       const Tensor y = gpu::linear(blas, on_gpu(x), on_gpu(w), on_gpu(b)).to_host();
@@ -198,6 +266,12 @@ TEST(GpuSdpaSinks, WithinTheModelOfTheCpuOp) {
           .dtype = t, .terms = c.d + 2 * c.tk + 4, .roundings = t == DType::bf16 ? 2 : 0};
       const Comparison cmp = compare(want, got, m);
       EXPECT_TRUE(cmp.passed) << cmp;
+      if (t == DType::bf16) {  // ... and against the f32 op on the same (bf16) values
+        const auto f32 = [](const Tensor& a) { return a.astype(DType::f32); };
+        const Comparison cmp32 =
+            compare(meshtest::sdpa_sinks(f32(q), f32(k), f32(v), f32(sinks), o), got, m);
+        EXPECT_TRUE(cmp32.passed) << "against f32: " << cmp32;
+      }
       if (c.no_sinks && c.tq > 0) {  // rows 0-2 see no key
         EXPECT_TRUE(got.slice(0, 0, 3).bitwise_equal(Tensor({3, c.kv * c.per * c.d}, t)));
       }
@@ -387,6 +461,20 @@ TEST(GpuKvCache, WritesAndReadsAreTheCpusAndDecodeAttendsThroughIt) {
     write({2, 3}, 73);           // an overwrite
     write({}, 74);               // nothing
     expect_bits(cpu.keys(0, len), gpu.keys(0, len), "keys");
+    {  // The same rows by write_rows, queued on a stream: rows [1, 3) of a step's k and v.
+      const Tensor k = random_normal({4, kv, d}, t, {.seed = 77});
+      const Tensor v = random_normal({4, kv, d}, t, {.seed = 78});
+      KvCache cpu_rows(len, kv, d, t);
+      DeviceKvCache gpu_rows(len, kv, d, t);
+      cpu_rows.write(k.slice(0, 1, 2), v.slice(0, 1, 2), std::vector<std::int64_t>{6, 7});
+      const DeviceTensor dk = on_gpu(k), dv = on_gpu(v);
+      gpu_rows.write_rows(dk, dv, 1, 2, 6, kStream);
+      gpu_rows.write_rows(dk, dv, 0, 0, 15, kStream);  // nothing
+      ASSERT_EQ(cudaStreamSynchronize(kStream), cudaSuccess);
+      expect_bits(cpu_rows.keys(0, len), gpu_rows.keys(0, len), "write_rows keys");
+      expect_bits(cpu_rows.values(0, len), gpu_rows.values(0, len), "write_rows values");
+      for (std::int64_t p = 0; p < len; ++p) EXPECT_EQ(gpu_rows.written(p), cpu_rows.written(p));
+    }
     expect_bits(cpu.values(0, len), gpu.values(0, len), "values");
     expect_bits(cpu.keys(3, 8), gpu.keys(3, 8), "keys [3, 8)");
     EXPECT_EQ(gpu.length(), cpu.length());
@@ -434,6 +522,12 @@ TEST(GpuKvCache, WritesAndReadsAreTheCpusAndDecodeAttendsThroughIt) {
         cache.write(two, one, std::vector<std::int64_t>{0, 1});
       },
       {"gpu KvCache::write: k is", "expected f32[2, 1, 32] each"});
+  expect_error([&] { cache.write_rows(two, two, 1, 2, 0, kStream); },
+               {"gpu KvCache::write_rows: rows [1, 3) are not within k's 2 rows"});
+  expect_error([&] { cache.write_rows(two, two, 0, 2, 3, kStream); },
+               {"gpu KvCache::write_rows: positions [3, 5) are not within [0, 4)"});
+  expect_error([&] { cache.write_rows(two, one, 0, 1, 0, kStream); },
+               {"gpu KvCache::write_rows: k is", "expected f32[m, 1, 32] each"});
   expect_error([&] { (void)cache.keys(3, 5); }, {"gpu KvCache::keys: range [3, 5)"});
   expect_error([&] { (void)cache.window_begin(4, 2); },
                {"gpu KvCache::window_begin: position 4 must be in [0, 4)"});

@@ -127,6 +127,11 @@ TEST(GpuDpBookkeeping, ClippedSumsMatchTheLoopsAndTheCpuOps) {
     expect_model(want, w, m, "clipped weight grad", mag);
     expect_model(bias, dp::clipped_bias_grad(blas, dg, dc).to_host(), m, "clipped bias grad",
                  bias_mag);
+    {  // Queued only (the GPU model's calls): the same bits once the stream has run them.
+      const DeviceTensor queued = dp::clipped_weight_grad(blas, da, dg, dc, dp::Finish::queued);
+      blas.synchronize();
+      EXPECT_TRUE(queued.to_host().bitwise_equal(w));
+    }
     if (c.batch > 0) {
       ErrorModel both = m;
       both.reference = Reference::other_order;

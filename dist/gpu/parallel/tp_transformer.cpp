@@ -179,51 +179,49 @@ DeviceTensor tp_attention_block(const MeshDevice& mesh, g::Blas& blas, const Dev
     check_segments(segments, local.num_kv_heads, local.head_dim, x.dtype());
   });
   const cudaStream_t stream = blas.stream();
-  const std::int64_t kv = local.num_kv_heads, d = local.head_dim;
-  const std::int64_t per_kv = local.num_heads / kv;
+  const std::int64_t kv = local.num_kv_heads;
   const DeviceTensor t = g::rms_norm(x, w.attn_norm, stream, p.norm_eps);
   blas.synchronize();  // t complete for the copies below
-  // q, k and v of this device's rows: qkv_rope per run of consecutive positions.
+  // q, k and v of this device's rows: qkv_rope of one run of consecutive positions, qkv_rope_at
+  // of several (every row at its own position in one Linear and one rotation).
   const std::vector<Run> runs = local_runs(segments, starts, mine);
-  const auto qkv_of = [&](const DeviceTensor& rows, std::int64_t pos) {
-    return g::qkv_rope(blas, rows, w.projection.qkv_weight, w.projection.qkv_bias,
-                       {.num_heads = local.num_heads,
-                        .num_kv_heads = kv,
-                        .rope = local.rope,
-                        .position_offset = pos});
-  };
   const bool one_run = runs.size() == 1;
+  QkvRopeOptions qo{.num_heads = local.num_heads, .num_kv_heads = kv, .rope = local.rope};
   g::DeviceQkv qkv;
   if (one_run) {
-    qkv = qkv_of(t, runs[0].pos);
+    qo.position_offset = runs[0].pos;
+    qkv = g::qkv_rope(blas, t, w.projection.qkv_weight, w.projection.qkv_bias, qo);
   } else {
-    qkv = {.q = DeviceTensor(Shape{mine.size, kv, per_kv, d}, x.dtype()),
-           .k = DeviceTensor(Shape{mine.size, kv, d}, x.dtype()),
-           .v = DeviceTensor(Shape{mine.size, kv, d}, x.dtype())};
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(mine.size));
     for (const Run& r : runs) {
-      const g::DeviceQkv piece = qkv_of(t.slice(0, r.row, r.rows), r.pos);
-      qkv.q.assign_slice(0, r.row, piece.q);
-      qkv.k.assign_slice(0, r.row, piece.k);
-      qkv.v.assign_slice(0, r.row, piece.v);
+      for (std::int64_t i = 0; i < r.rows; ++i)
+        positions[static_cast<std::size_t>(r.row + i)] = r.pos + i;
     }
+    qkv = g::qkv_rope_at(blas, t, w.projection.qkv_weight, w.projection.qkv_bias, qo, positions);
   }
-  // Every row's keys and values, written to the segments' caches.
-  DeviceTensor k_all = qkv.k, v_all = qkv.v;
-  if (mesh.axis_size(tokens_axis) > 1) {
-    k_all = all_gather(mesh, qkv.k, {.dim = 0, .axis = tokens_axis});
-    v_all = all_gather(mesh, qkv.v, {.dim = 0, .axis = tokens_axis});
+  // Every row's keys and values, written to the segments' caches on the stream (two copies per
+  // cache, one wait for all of them at most).
+  DeviceTensor k_gathered, v_gathered;
+  const bool gathered = mesh.axis_size(tokens_axis) > 1;
+  if (gathered) {
+    k_gathered = all_gather(mesh, qkv.k, {.dim = 0, .axis = tokens_axis});
+    v_gathered = all_gather(mesh, qkv.v, {.dim = 0, .axis = tokens_axis});
   }
+  const DeviceTensor& k_all = gathered ? k_gathered : qkv.k;
+  const DeviceTensor& v_all = gathered ? v_gathered : qkv.v;
+  bool written = false;
   for (std::size_t s = 0; s < segments.size(); ++s) {
     if (segments[s].cache == nullptr) continue;
-    std::vector<std::int64_t> positions;
-    for (std::int64_t i = 0; i < segments[s].rows; ++i) positions.push_back(segments[s].first + i);
-    segments[s].cache->write(k_all.slice(0, starts[s], segments[s].rows),
-                             v_all.slice(0, starts[s], segments[s].rows), positions);
+    segments[s].cache->write_rows(k_all, v_all, starts[s], segments[s].rows, segments[s].first,
+                                  stream);
+    written = true;
   }
   // Each run's queries over its segment's keys up to its last position: a run of enough rows
-  // alone on tensor cores (sdpa_sinks), else every run in one batch reading the caches in place.
+  // alone on tensor cores (sdpa_sinks), else every run in one batch reading the caches in place
+  // in the stream's order.
   DeviceTensor attn;
   const bool batched = !one_run || runs[0].rows < g::kSdpaTensorCoreRows;
+  if (written && !batched) blas.synchronize();  // the writes done before the caches' copies
   if (batched) {
     std::vector<g::SdpaSequence> seqs;
     for (const Run& r : runs) {
