@@ -129,14 +129,17 @@ __global__ void rms_norm_rows_backward_kernel(const T* x, const T* scale, const 
   }
 }
 
+/// out[gi, c] = Σ_t x[gi, t, c] over rows [chunk p, chunk (p + 1)) ∩ [0, seq) of each group, for
+/// chunk p of `chunks` (x [groups, seq, d]; out [chunks, groups, d]; one chunk: the whole sum).
 template <class T>
 __global__ void group_sums_kernel(const T* x, std::int64_t groups, std::int64_t seq, std::int64_t d,
-                                  T* out) {
-  GRID_STRIDE(i, groups * d) {
-    const std::int64_t gi = i / d, c = i % d;
+                                  std::int64_t chunk, std::int64_t chunks, T* out) {
+  GRID_STRIDE(k, chunks * groups * d) {
+    const std::int64_t p = k / (groups * d), i = k % (groups * d), gi = i / d, c = i % d;
+    const std::int64_t end = seq < (p + 1) * chunk ? seq : (p + 1) * chunk;
     T acc = 0;
-    for (std::int64_t t = 0; t < seq; ++t) acc += x[(gi * seq + t) * d + c];
-    out[i] = acc;
+    for (std::int64_t t = p * chunk; t < end; ++t) acc += x[(gi * seq + t) * d + c];
+    out[k] = acc;
   }
 }
 
@@ -244,11 +247,34 @@ cudaError_t launch_rms_norm_rows_backward(bool f64, const void* x, const void* s
 cudaError_t launch_group_sums(bool f64, const void* x, std::int64_t groups, std::int64_t seq,
                               std::int64_t d, void* out, cudaStream_t stream) {
   if (groups * d == 0) return cudaSuccess;
-  return by_type(f64, [&](auto tag) {
+  // Long sums over few columns (a bias gradient's total over B·T rows: d threads, each reading
+  // every row) leave the GPU idle: past kRowChunk rows a group's rows are summed in chunks of
+  // kRowChunk by a thread each, then the chunks' sums in chunk order, t ascending within.
+  constexpr std::int64_t kRowChunk = 256;
+  const std::int64_t chunks = seq > 2 * kRowChunk ? (seq + kRowChunk - 1) / kRowChunk : 1;
+  cudaError_t status = cudaSuccess;
+  (void)by_type(f64, [&](auto tag) {
     using T = decltype(tag);
+    if (chunks == 1) {
+      group_sums_kernel<<<blocks_for(groups * d), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), groups, seq, d, seq, 1, static_cast<T*>(out));
+      status = cudaGetLastError();
+      return;
+    }
+    void* parts = nullptr;
+    status =
+        cudaMallocAsync(&parts, static_cast<std::size_t>(chunks * groups * d) * sizeof(T), stream);
+    if (status != cudaSuccess) return;
+    group_sums_kernel<<<blocks_for(chunks * groups * d), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), groups, seq, d, kRowChunk, chunks, static_cast<T*>(parts));
+    // The chunks' sums [chunks, groups · d] summed over the chunks: one group of `chunks` rows.
     group_sums_kernel<<<blocks_for(groups * d), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), groups, seq, d, static_cast<T*>(out));
+        static_cast<const T*>(parts), 1, chunks, groups * d, chunks, 1, static_cast<T*>(out));
+    status = cudaGetLastError();
+    const cudaError_t freed = cudaFreeAsync(parts, stream);
+    if (status == cudaSuccess) status = freed;
   });
+  return status;
 }
 
 cudaError_t launch_mse_rows(bool f64, const void* out, const void* y, std::int64_t rows,

@@ -34,8 +34,9 @@ cudaError_t launch_rms_norm_rows_backward(bool f64, const void* x, const void* s
                                           void* gx, void* scale_rows, std::int64_t rows,
                                           std::int64_t d, double eps, cudaStream_t stream);
 
-/// out[i, c] = Σ_{t < seq} x[i, t, c] for i < groups, c < d (x [groups, seq, d]), t ascending:
-/// per-sample sums (groups = B) or totals (groups = 1).
+/// out[i, c] = Σ_{t < seq} x[i, t, c] for i < groups, c < d (x [groups, seq, d]), t ascending
+/// (past 512 rows: in chunks of 256 rows, then the chunks' sums in order): per-sample sums
+/// (groups = B) or totals (groups = 1).
 cudaError_t launch_group_sums(bool f64, const void* x, std::int64_t groups, std::int64_t seq,
                               std::int64_t d, void* out, cudaStream_t stream);
 
