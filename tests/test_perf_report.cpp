@@ -94,7 +94,7 @@ TEST(PerfReport, OpsTimedOnAGpuGoOnTheDevicesGpuTrack) {
   }
   using Track = std::pair<std::int64_t, std::int64_t>;
   EXPECT_EQ(threads, (std::map<Track, std::string>{
-                         {{0, 0}, "ops"}, {{0, 1}, "gpu (CUDA events)"}, {{1, 0}, "ops"}}));
+                         {{0, 0}, "ops"}, {{0, 1}, "gpu (device time)"}, {{1, 0}, "ops"}}));
   EXPECT_EQ(gpu_ops, (std::map<std::int64_t, int>{{0, 1}}));
 }
 

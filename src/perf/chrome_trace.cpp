@@ -58,7 +58,7 @@ std::string chrome_trace_json(std::span<const OpRecord> records) {
                         {"name", "thread_name"},
                         {"pid", d},
                         {"tid", kGpuTrack},
-                        {"args", {{"name", "gpu (CUDA events)"}}}});
+                        {"args", {{"name", "gpu (device time)"}}}});
     }
   }
   const auto us = [t0](std::int64_t ns) { return static_cast<double>(ns - t0) / 1e3; };

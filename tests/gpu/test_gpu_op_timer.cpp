@@ -1,10 +1,16 @@
-// gpu::time_on_stream: an op's record takes its times from CUDA events on its stream — the
-// kernel's time, not the host's (the scope closes long before a 20 ms kernel ends: timing does
-// not serialize the stream), resolved when the records are read; consecutive ops on one stream
-// in order; a long run reuses the events of finished timers; nothing when the profiler is off.
+// gpu::time_on_stream, with either timer (CUPTI's activity records, CUDA events): an op's record
+// takes the kernel's time, not the host's (the scope closes long before a 20 ms kernel ends:
+// timing does not serialize the stream), resolved when the records are read; consecutive ops on
+// one stream in order; a long run reuses the events of finished timers; nothing when the
+// profiler is off. CUPTI's record is the op's own kernels, not the wait for earlier work on the
+// stream that the events include; an op that queued nothing takes the host's times; a bad
+// MESHTEST_GPU_TIMER is an Error.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "src/gpu/op_timer.hpp"
 #include "src/gpu/runtime.hpp"
@@ -16,6 +22,22 @@ namespace {
 
 using testing::launch_spin;
 
+/// Each test with either timer; CUPTI's skipped, with the reason, where it does not start.
+class OpTimer : public ::testing::TestWithParam<GpuTimer> {
+ protected:
+  void SetUp() override {
+    set_gpu_timer(GetParam());
+    if (GetParam() == GpuTimer::cupti && !cupti_problem().empty()) {
+      GTEST_SKIP() << "CUPTI does not time the ops here: " << cupti_problem();
+    }
+    ASSERT_EQ(gpu_timer(), GetParam());
+  }
+};
+
+std::string timer_name(const ::testing::TestParamInfo<GpuTimer>& p) {
+  return p.param == GpuTimer::cupti ? "cupti" : "events";
+}
+
 /// SM clock cycles in `ms` milliseconds on the current device.
 std::int64_t cycles_in_ms(double ms) {
   int khz = 0;
@@ -23,7 +45,7 @@ std::int64_t cycles_in_ms(double ms) {
   return static_cast<std::int64_t>(ms * khz);
 }
 
-TEST(OpTimer, TheRecordTakesTheKernelsTimeWithoutWaitingForIt) {
+TEST_P(OpTimer, TheRecordTakesTheKernelsTimeWithoutWaitingForIt) {
   Stream stream;
   perf::Session session;
   const std::int64_t cycles = cycles_in_ms(20);
@@ -44,7 +66,7 @@ TEST(OpTimer, TheRecordTakesTheKernelsTimeWithoutWaitingForIt) {
   EXPECT_LT(closed_ns, r[0].end_ns) << "the scope waited for the kernel to end";
 }
 
-TEST(OpTimer, ConsecutiveOpsOnAStreamAreInOrderWithTheirLatency) {
+TEST_P(OpTimer, ConsecutiveOpsOnAStreamAreInOrderWithTheirLatency) {
   Stream stream;
   perf::Session session;
   const std::int64_t cycles = cycles_in_ms(2);
@@ -63,7 +85,7 @@ TEST(OpTimer, ConsecutiveOpsOnAStreamAreInOrderWithTheirLatency) {
   }
 }
 
-TEST(OpTimer, ALongRunReusesFinishedTimersEvents) {
+TEST_P(OpTimer, ALongRunReusesFinishedTimersEvents) {
   Stream stream;
   perf::Session session;
   const std::size_t before = timer_events_created(current_device());
@@ -91,7 +113,7 @@ TEST(OpTimer, ALongRunReusesFinishedTimersEvents) {
   }
 }
 
-TEST(OpTimer, NothingIsQueuedWhenTheProfilerIsOff) {
+TEST_P(OpTimer, NothingIsQueuedWhenTheProfilerIsOff) {
   Stream stream;
   perf::clear();
   ASSERT_FALSE(perf::enabled());
@@ -100,6 +122,74 @@ TEST(OpTimer, NothingIsQueuedWhenTheProfilerIsOff) {
     time_on_stream(scope, stream.get());
   }
   EXPECT_TRUE(perf::records().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Timers, OpTimer, ::testing::Values(GpuTimer::cupti, GpuTimer::events),
+                         timer_name);
+
+TEST(OpTimerCupti, TheRecordIsTheOpsKernelsNotTheHostsGapBeforeThem) {
+  // A 2 ms kernel launched 10 ms after the scope was timed, on an idle stream: the events'
+  // start completes at once, so their record spans the host's 10 ms as well; CUPTI's spans the
+  // kernel alone.
+  set_gpu_timer(GpuTimer::cupti);
+  if (!cupti_problem().empty())
+    GTEST_SKIP() << "CUPTI does not time the ops here: " << cupti_problem();
+  Stream stream;
+  const auto timed = [&](GpuTimer timer) {
+    set_gpu_timer(timer);
+    perf::Session session;
+    {
+      perf::OpScope scope("spin");
+      time_on_stream(scope, stream.get());
+      const std::int64_t until = perf::now_ns() + 10'000'000;
+      while (perf::now_ns() < until) {
+      }
+      MESHTEST_CUDA_CHECK(launch_spin(cycles_in_ms(2), stream.get()));
+    }
+    const auto r = perf::records();
+    EXPECT_EQ(r.size(), 1u);
+    return r.empty() ? 0.0 : static_cast<double>(r[0].duration_ns()) / 1e6;
+  };
+  const double cupti_ms = timed(GpuTimer::cupti), events_ms = timed(GpuTimer::events);
+  EXPECT_GE(cupti_ms, 1.0);
+  EXPECT_LT(cupti_ms, 8.0) << "CUPTI's record took the host's gap before the kernel";
+  EXPECT_GE(events_ms, 11.0) << "the events' record should span the host's gap";
+  set_gpu_timer(GpuTimer::cupti);
+}
+
+TEST(OpTimerCupti, AnOpThatQueuesNothingTakesTheHostsTimes) {
+  set_gpu_timer(GpuTimer::cupti);
+  if (!cupti_problem().empty())
+    GTEST_SKIP() << "CUPTI does not time the ops here: " << cupti_problem();
+  Stream stream;
+  perf::Session session;
+  const std::int64_t before = perf::now_ns();
+  {
+    perf::OpScope scope("nothing");
+    time_on_stream(scope, stream.get());
+  }
+  const auto r = perf::records();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].duration_ns(), 0);
+  EXPECT_GE(r[0].start_ns, before);
+  EXPECT_LE(r[0].start_ns, perf::now_ns());
+}
+
+TEST(OpTimerCupti, ABadTimerNameIsAnError) {
+  ASSERT_EQ(setenv("MESHTEST_GPU_TIMER", "nvtx", 1), 0);
+  set_gpu_timer(std::nullopt);  // the environment decides
+  try {
+    (void)gpu_timer();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MESHTEST_GPU_TIMER is 'nvtx': cupti or events expected"),
+              std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(setenv("MESHTEST_GPU_TIMER", "events", 1), 0);
+  EXPECT_EQ(gpu_timer(), GpuTimer::events);
+  ASSERT_EQ(unsetenv("MESHTEST_GPU_TIMER"), 0);
+  EXPECT_EQ(gpu_timer(), cupti_problem().empty() ? GpuTimer::cupti : GpuTimer::events);
 }
 
 }  // namespace
