@@ -95,7 +95,8 @@ __global__ void sdpa_partial_kernel(const S* q, const S* k, const S* v, SdpaShap
 
 // One warp per (query row, head): the chunks' partials merged with the sink (the running max
 // started at the sink's logit, its exp joining the denominator only; none for a -inf sink),
-// the output rounded once to the stored type; zeros for a row with no key and a -inf sink.
+// the output rounded once to the stored type; zeros for a row with no key and a -inf sink. The
+// chunks' maxima and sums are read 32 at a time, a lane a chunk, then added in chunk order.
 template <class S>
 __global__ void sdpa_combine_kernel(const float* part, const S* sinks, S* out, SdpaShape s,
                                     std::int64_t chunks) {
@@ -110,21 +111,37 @@ __global__ void sdpa_combine_kernel(const float* part, const S* sinks, S* out, S
   const bool sink_counts = !(isinf(sink) && sink < 0);
   float big = sink_counts ? sink : kMinusInf;
   const float* pr = part + warp * chunks * (d + 2);
-  for (std::int64_t c = 0; c < chunks; ++c) {
+  for (std::int64_t c = lane; c < chunks; c += kWarp) {
     const float mc = pr[c * (d + 2) + d], lc = pr[c * (d + 2) + d + 1];
     if (lc > 0 && mc > big) big = mc;
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, offset));
   }
   float l = sink_counts ? expf(sink - big) : 0.0f;
   float acc[kPerLane];
   for (int e = 0; e < per_lane; ++e) acc[e] = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    const float mc = pr[c * (d + 2) + d], lc = pr[c * (d + 2) + d + 1];
-    if (!(lc > 0)) continue;
-    const float scale = expf(mc - big);
-    l += lc * scale;
-    for (int e = 0; e < per_lane; ++e) {
-      const std::int64_t at = lane + e * kWarp;
-      if (at < d) acc[e] += pr[c * (d + 2) + at] * scale;
+  for (std::int64_t c0 = 0; c0 < chunks; c0 += kWarp) {
+    const std::int64_t mine = c0 + lane;
+    float my_l = 0, my_scale = 0;
+    if (mine < chunks) {
+      my_l = pr[mine * (d + 2) + d + 1];
+      if (my_l > 0) my_scale = expf(pr[mine * (d + 2) + d] - big);
+    }
+    const int n = chunks - c0 < kWarp ? static_cast<int>(chunks - c0) : kWarp;
+    // No branch on the chunk: an empty one (its values never written) adds 0 x 0 = +0, which
+    // leaves every sum's bits as they are, and the loads of several chunks are in flight at once.
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      const float lc = __shfl_sync(0xffffffffu, my_l, j);
+      const float scale = __shfl_sync(0xffffffffu, my_scale, j);
+      const bool counts = lc > 0;
+      l += (counts ? lc : 0.0f) * scale;
+      const float* pc = pr + (c0 + j) * (d + 2);
+      for (int e = 0; e < per_lane; ++e) {
+        const std::int64_t at = lane + e * kWarp;
+        if (at < d) acc[e] += (counts ? pc[at] : 0.0f) * scale;
+      }
     }
   }
   S* o = out + warp * d;
@@ -133,13 +150,6 @@ __global__ void sdpa_combine_kernel(const float* part, const S* sinks, S* out, S
     if (at < d) store(o, at, l > 0 ? acc[e] / l : 0.0f);
   }
 }
-
-/// The sequences of one launch_sdpa_batch, passed by value (__grid_constant__: read in the
-/// parameter space where the kernel indexes it, never copied per thread).
-struct SdpaBatch {
-  SdpaRun seq[kSdpaBatch];
-  int n;
-};
 
 // One block per (query row, kv head g, chunk of the row's keys) of a batch of sequences: the
 // kv head's q_per_kv query vectors in shared memory (f32), then (1) a thread per key reading
@@ -162,18 +172,9 @@ __global__ void __launch_bounds__(128)
   const std::int64_t row = blockIdx.x / chunks, c = blockIdx.x % chunks, g = blockIdx.y;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
   // The row's sequence and its keys [lo, lo + nk).
-  const std::int64_t base = b.seq[0].row;
-  int i = 0;
-  while (i + 1 < b.n && row >= b.seq[i].row - base + b.seq[i].rows) ++i;
-  const SdpaRun& r = b.seq[i];
-  const std::int64_t qrow = base + row;
+  const std::int64_t qrow = b.seq[0].row + row;
   std::int64_t lo = 0, hi = -1;
-  {
-    std::int64_t first = 0, last = -1;
-    keys_seen(r.q_offset + (qrow - r.row), r.k_offset, r.tk, s.sliding_window, first, last);
-    lo = first + c * chunk_keys;
-    hi = last < lo + chunk_keys - 1 ? last : lo + chunk_keys - 1;
-  }
+  const SdpaRun& r = batch_chunk(b, row, c, chunk_keys, s.sliding_window, lo, hi);
   float* pr = part + ((row * heads + g * per) * chunks + c) * (kD + 2);
   const std::int64_t pstride = chunks * (kD + 2);  // one query head to the next
   const int nk = hi >= lo ? static_cast<int>(hi - lo + 1) : 0;
@@ -320,6 +321,15 @@ cudaError_t launch_sdpa_batch(Float t, const void* q, const SdpaRun* seq, int n,
         partials, static_cast<const S*>(sinks), static_cast<S*>(out) + seq[0].row * heads * d,
         merged, chunks);
   };
+  if (sdpa_batch_flash_fits(t, d, s.q_per_kv)) {
+    const cudaError_t launched =
+        launch_sdpa_batch_flash(q, b, s, partials, rows, chunk_keys, chunks, stream);
+    if (launched != cudaSuccess) return launched;
+    sdpa_combine_kernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+        partials, static_cast<const std::uint16_t*>(sinks),
+        static_cast<std::uint16_t*>(out) + seq[0].row * heads * d, merged, chunks);
+    return cudaGetLastError();
+  }
   const auto with_dim = [&](auto tag) {
     switch (d) {
       case 8:

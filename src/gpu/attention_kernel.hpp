@@ -52,7 +52,14 @@ struct SdpaRun {
 
 /// The most sequences one launch_sdpa_batch takes (they travel in the kernel's parameters, so a
 /// CUDA graph records them by value).
-inline constexpr int kSdpaBatch = 48;
+inline constexpr int kSdpaBatch = 64;
+
+/// The sequences of one launch_sdpa_batch, passed to its kernels by value (__grid_constant__:
+/// read in the parameter space where a kernel indexes it, never copied per thread).
+struct SdpaBatch {
+  SdpaRun seq[kSdpaBatch];
+  int n;
+};
 
 /// Whether launch_sdpa_batch takes these shapes (either dtype): head_dim a power of two from 8
 /// to 256 (a row read 16 bytes at a time, two elements a thread), at most 16 queries per kv
@@ -69,8 +76,9 @@ void sdpa_batch_chunks(std::int64_t rows, std::int64_t kv_heads, std::int64_t mo
 /// block per (query row, kv head, chunk of chunk_keys keys) reads each key and value row once for
 /// all the kv head's queries (a thread a key, then a thread a pair of value elements), writes the
 /// chunk's scores, its softmax and its weighted values into `partials` (f32 [rows heads, chunks,
-/// head_dim + 2], rows counted from seq[0].row), then the merge with the sink of launch_sdpa_sinks
-/// writes out rows seq[0].row .. Only where sdpa_batch_fits. Returns the launch's error.
+/// head_dim + 2], rows counted from seq[0].row; on tensor cores where sdpa_batch_flash_fits:
+/// launch_sdpa_batch_flash), then the merge with the sink of launch_sdpa_sinks writes out rows
+/// seq[0].row .. Only where sdpa_batch_fits. Returns the launch's error.
 cudaError_t launch_sdpa_batch(Float t, const void* q, const SdpaRun* seq, int n, const void* sinks,
                               void* out, const SdpaShape& s, float* partials,
                               std::int64_t chunk_keys, std::int64_t chunks, cudaStream_t stream);
@@ -92,5 +100,18 @@ bool sdpa_flash_fits(Float t, const SdpaShape& s, const void* q, const void* k, 
 /// there. Only where sdpa_flash_fits. Returns the launch's error.
 cudaError_t launch_sdpa_flash(const void* q, const void* k, const void* v, const void* sinks,
                               void* out, const SdpaShape& s, cudaStream_t stream);
+
+/// Whether launch_sdpa_batch_flash takes a batch: bf16, head_dim 64 or 128, at most 16 queries
+/// per kv head, a GPU of compute capability 8.0 or later.
+bool sdpa_batch_flash_fits(Float t, std::int64_t head_dim, std::int64_t q_per_kv);
+
+/// The partials of launch_sdpa_batch (the same layout and chunks, `rows` the batch's query rows)
+/// on tensor cores (attention_flash_kernel.cu): a warp per query row, kv head and chunk, the kv
+/// head's queries one tile of 16 rows, the chunk's keys in tiles of 64 (the next one's loads in
+/// flight); q·kᵀ and p·v bf16 products summed in f32, the weights rounded to bf16 for the second.
+/// Only where sdpa_batch_flash_fits. Returns the launch's error.
+cudaError_t launch_sdpa_batch_flash(const void* q, const SdpaBatch& b, const SdpaShape& s,
+                                    float* partials, std::int64_t rows, std::int64_t chunk_keys,
+                                    std::int64_t chunks, cudaStream_t stream);
 
 }  // namespace meshtest::gpu::detail

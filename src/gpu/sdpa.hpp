@@ -54,9 +54,10 @@ struct SdpaSequence {
 /// with the masking rule of sdpa_sinks (o.sliding_window and o.scale shared; o.q_offset and
 /// o.k_offset must be 0: each sequence has its own). Split over the keys: a block per query row,
 /// kv head and chunk of keys reads each key and value once for all the kv head's queries, and
-/// the chunks are merged with the sink as in sdpa_sinks; launches of up to 48 sequences. Shapes
+/// the chunks are merged with the sink as in sdpa_sinks; launches of up to 64 sequences. Shapes
 /// whose head vectors do not split into 16-byte loads run one sdpa_sinks per sequence instead.
-/// f32 compute, the output rounded once: within the model of the CPU's sdpa_sinks per sequence.
+/// f32 compute, the output rounded once (bf16 at head_dim 64 and 128 on tensor cores, which
+/// round the weights before p·v too): within the model of the CPU's sdpa_sinks per sequence.
 /// Errors as sdpa_sinks', and for a sequence without keys or values, with keys of another
 /// shape, dtype or device, a key range outside its rows, negative rows, or rows that do not sum
 /// to Tq. The perf record ("sdpa_sinks") is timed on the stream. Asynchronous.

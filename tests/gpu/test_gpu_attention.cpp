@@ -219,11 +219,13 @@ TEST(GpuQkvRope, WithinTheLinearsModelAndTheSplitAndRotationExact) {
 struct SdpaCase {
   std::int64_t tq, tk, kv, per, d, window, q_offset, k_offset;
   bool no_sinks = false;  ///< -inf sinks: a row that sees no key gets zeros
+  double scale = 0;       ///< 0: the default, 1 / sqrt(head_dim)
 };
 
 std::string label(const SdpaCase& c, DType t) {
-  return fmt::format("{} q {}x{}x{}x{} k {} window {} offsets {}/{}{}", t, c.tq, c.kv, c.per, c.d,
-                     c.tk, c.window, c.q_offset, c.k_offset, c.no_sinks ? " -inf sinks" : "");
+  return fmt::format("{} q {}x{}x{}x{} k {} window {} offsets {}/{}{} scale {}", t, c.tq, c.kv,
+                     c.per, c.d, c.tk, c.window, c.q_offset, c.k_offset,
+                     c.no_sinks ? " -inf sinks" : "", c.scale);
 }
 
 TEST(GpuSdpaSinks, WithinTheModelOfTheCpuOp) {
@@ -244,7 +246,9 @@ TEST(GpuSdpaSinks, WithinTheModelOfTheCpuOp) {
       {100, 130, 2, 4, 64, 0, 0, 30, true},
       {100, 130, 2, 4, 64, 0, 0, 30},
       {40, 140, 1, 8, 64, 0, 100, 0},
-      {80, 80, 2, 2, 128, 33, 0, 0}};
+      {80, 80, 2, 2, 128, 33, 0, 0},
+      // a negative scale (the kernel folds only a positive one into its exponent)
+      {70, 70, 2, 4, 64, 0, 0, 0, false, -0.2}};
   for (const SdpaCase& c : cases) {
     for (const DType t : {DType::f32, DType::bf16}) {
       const std::string what = label(c, t);
@@ -254,8 +258,8 @@ TEST(GpuSdpaSinks, WithinTheModelOfTheCpuOp) {
       const Tensor v = random_normal({c.tk, c.kv, c.d}, t, {.seed = 59});
       Tensor sinks = random_normal({c.kv * c.per}, t, {.seed = 60});
       if (c.no_sinks) sinks.fill(-std::numeric_limits<double>::infinity());
-      const SdpaOptions o{
-          .sliding_window = c.window, .q_offset = c.q_offset, .k_offset = c.k_offset};
+      SdpaOptions o{.sliding_window = c.window, .q_offset = c.q_offset, .k_offset = c.k_offset};
+      if (c.scale != 0) o.scale = c.scale;
       const Tensor want = meshtest::sdpa_sinks(q, k, v, sinks, o);
       const Tensor got =
           gpu::sdpa_sinks(on_gpu(q), on_gpu(k), on_gpu(v), on_gpu(sinks), kStream, o).to_host();
@@ -345,9 +349,10 @@ TEST(GpuSdpaSinksBatch, EachSequenceWithinTheModelOfTheCpuOpOnItsOwn) {
   struct Case {
     std::int64_t kv, per, d, window;
     std::vector<Seq> seqs;
+    double scale = 0;  ///< 0: the default
   };
-  std::vector<Seq> many;  // 50 decode steps over caches of 1 .. 300 keys
-  for (std::int64_t i = 0; i < 50; ++i) many.push_back({1, i * 6, 301, 0, i * 6 + 1, 0});
+  std::vector<Seq> many;  // 70 decode steps over caches of 1 .. 415 keys
+  for (std::int64_t i = 0; i < 70; ++i) many.push_back({1, i * 6, 415, 0, i * 6 + 1, 0});
   const std::vector<Case> cases{
       {2, 4, 64, 0, {{1, 299, 512, 0, 300, 0}, {3, 40, 64, 0, 43, 0}, {1, 7, 9, 2, 8, 2}}},
       {2, 4, 64, 100, {{1, 299, 512, 200, 300, 200}, {2, 5, 30, 0, 7, 0}}},
@@ -356,7 +361,8 @@ TEST(GpuSdpaSinksBatch, EachSequenceWithinTheModelOfTheCpuOpOnItsOwn) {
       {1, 16, 32, 0, {{2, 33, 40, 0, 35, 0}}},
       {2, 4, 6, 0, {{1, 20, 21, 0, 21, 0}, {2, 3, 5, 0, 5, 0}}},  // head_dim 6, 75: one call each
       {1, 2, 75, 3, {{1, 50, 60, 48, 51, 48}}},
-      {8, 8, 64, 0, many}};
+      {8, 8, 64, 0, many},
+      {2, 4, 64, 0, {{1, 99, 100, 0, 100, 0}, {2, 40, 64, 0, 42, 0}}, -0.3}};  // scale < 0
   for (const Case& c : cases) {
     for (const DType t : {DType::f32, DType::bf16}) {
       const std::string what = fmt::format("{} kv {} x {} d {} window {}, {} sequences", t, c.kv,
@@ -385,21 +391,25 @@ TEST(GpuSdpaSinksBatch, EachSequenceWithinTheModelOfTheCpuOpOnItsOwn) {
                         .key_end = s.key_end,
                         .k_offset = s.k_offset});
       }
-      const Tensor got =
-          sdpa_sinks_batch(on_gpu(q), seqs, on_gpu(sinks), kStream, {.sliding_window = c.window})
-              .to_host();
+      SdpaOptions o{.sliding_window = c.window};
+      if (c.scale != 0) o.scale = c.scale;
+      const Tensor got = sdpa_sinks_batch(on_gpu(q), seqs, on_gpu(sinks), kStream, o).to_host();
       ASSERT_EQ(got.shape(), (Shape{rows, c.kv * c.per * c.d}));
       std::int64_t row = 0;
       for (std::size_t i = 0; i < c.seqs.size(); ++i) {
         const Seq& s = c.seqs[i];
         const std::int64_t n = s.key_end - s.key_begin;
-        const Tensor want = meshtest::sdpa_sinks(
-            q.slice(0, row, s.rows), keys[i].slice(0, s.key_begin, n),
-            values[i].slice(0, s.key_begin, n), sinks,
-            {.sliding_window = c.window, .q_offset = s.q_offset, .k_offset = s.k_offset});
-        // As sdpa_sinks' split-key form: f32 compute, the output rounded once.
+        const Tensor want =
+            meshtest::sdpa_sinks(q.slice(0, row, s.rows), keys[i].slice(0, s.key_begin, n),
+                                 values[i].slice(0, s.key_begin, n), sinks,
+                                 {.sliding_window = c.window,
+                                  .q_offset = s.q_offset,
+                                  .k_offset = s.k_offset,
+                                  .scale = o.scale});
+        // As sdpa_sinks: f32 compute, the output rounded once; bf16 at head_dim 64 and 128 on
+        // tensor cores (launch_sdpa_batch_flash) also rounds the weights before p·v.
         const ErrorModel m{
-            .dtype = t, .terms = c.d + 2 * n + 4, .roundings = t == DType::bf16 ? 1 : 0};
+            .dtype = t, .terms = c.d + 2 * n + 4, .roundings = t == DType::bf16 ? 2 : 0};
         const Comparison cmp = compare(want, got.slice(0, row, s.rows), m);
         EXPECT_TRUE(cmp.passed) << "sequence " << i << ": " << cmp;
         row += s.rows;
