@@ -5,7 +5,13 @@
 #                                       machine cannot make namespaces, say why and pass
 #   multinode.sh cleanup                fixture: 'meshtest hosts down'
 #   multinode.sh test HOSTS NP MAP BIN [ARGS...]
-#                                       the gtest binary at NP ranks over HOSTS hosts, --map-by MAP
+#                                       the gtest binary at NP ranks over HOSTS hosts, --map-by MAP,
+#                                       each test's deadline 180 s (MESHTEST_TEST_TIMEOUT if set):
+#                                       over TCP between the hosts, with both cores shared with
+#                                       other jobs, a test that takes 5 s alone once passed the
+#                                       harness's 60 s (test_ccl_shm's MultiChunkCallsMatchReferences
+#                                       at np 8: one rank computing its p^2 references while the
+#                                       seven others spun in the next collective)
 #   multinode.sh fault HOSTS NP MAP BIN CASE
 #                                       harness_case's CASE, in which the last rank (on the
 #                                       last host under either mapping) fails: the job must
@@ -41,7 +47,8 @@ case "${1:-}" in
     skip_unless_up
     hosts=$2 np=$3 map=$4
     shift 4
-    exec "$meshtest" run --no-tag-output --hosts "$hosts" --map-by "$map" -np "$np" "$@"
+    MESHTEST_TEST_TIMEOUT=${MESHTEST_TEST_TIMEOUT:-180} exec "$meshtest" run --no-tag-output \
+      --hosts "$hosts" --map-by "$map" -np "$np" "$@"
     ;;
   fault)
     skip_unless_up
