@@ -93,11 +93,12 @@ bool sdpa_flash_fits(Float t, const SdpaShape& s, const void* q, const void* k, 
                      const void* out);
 
 /// Queues the same attention as launch_sdpa_sinks on tensor cores (attention_flash_kernel.cu):
-/// a block of four warps per 64 query rows and head runs an online softmax over all the keys
-/// its rows see, in tiles of 64; q·kᵀ and p·v are bf16 products summed in f32 (mma.sync
-/// m16n8k16), the weights p rounded to bf16 for the second (the one rounding the split-key
-/// kernel does not have), the denominator summed from the unrounded weights, the sink joined as
-/// there. Only where sdpa_flash_fits. Returns the launch's error.
+/// a block of four warps per 64 query rows and two heads of a kv group (one where q_per_kv is
+/// odd or head_dim is 128) runs an online softmax over all the keys its rows see, in tiles of
+/// 64 (masked only where a tile cuts a row's keys); q·kᵀ and p·v are bf16 products summed in f32
+/// (mma.sync m16n8k16), the weights p rounded to bf16 for the second (the one rounding the
+/// split-key kernel does not have), the denominator summed from the unrounded weights, the sink
+/// joined as there. Only where sdpa_flash_fits. Returns the launch's error.
 cudaError_t launch_sdpa_flash(const void* q, const void* k, const void* v, const void* sinks,
                               void* out, const SdpaShape& s, cudaStream_t stream);
 
