@@ -1,5 +1,5 @@
 // elementwise_kernel: gpt-oss SwiGLU, RMSNorm, RoPE's rotation and the row broadcast of a bias,
-// f32 and bf16 (as bits).
+// f32 and bf16 (as bits); rows copied (the embedding's, a batch of copies).
 #include "src/gpu/elementwise_kernel.hpp"
 
 #include "src/gpu/bf16_device.cuh"
@@ -106,6 +106,19 @@ __global__ void embedding_rows_kernel(const W* table, std::int64_t table_rows, s
     for (std::int64_t c = threadIdx.x; c < words; c += blockDim.x) {
       out[i * words + c] = here ? table[row * words + c] : W{};
     }
+  }
+}
+
+// Copy blockIdx.y of the batch, its words grid-strided over blockIdx.x's blocks.
+template <class W>
+__global__ void copy_batch_kernel(CopyBatch b) {
+  const auto* from = static_cast<const W*>(b.src[blockIdx.y]);
+  auto* to = static_cast<W*>(b.dst[blockIdx.y]);
+  const std::int64_t words = b.bytes[blockIdx.y] / static_cast<std::int64_t>(sizeof(W));
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; j < words;
+       j += step) {
+    to[j] = from[j];
   }
 }
 
@@ -241,6 +254,28 @@ cudaError_t launch_embedding_rows(const void* table, std::int64_t table_rows, st
     const std::int64_t words = row_bytes / static_cast<std::int64_t>(sizeof(W));
     embedding_rows_kernel<<<grid, row_threads(words, kThreads), 0, stream>>>(
         static_cast<const W*>(table), table_rows, first, ids, n, words, static_cast<W*>(out));
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy_batch(const CopyBatch& b, cudaStream_t stream) {
+  std::int64_t most = 0;  // the largest copy's bytes
+  std::uintptr_t bits = 0;
+  for (int i = 0; i < b.n; ++i) {
+    most = b.bytes[i] > most ? b.bytes[i] : most;
+    bits |= reinterpret_cast<std::uintptr_t>(b.src[i]) |
+            reinterpret_cast<std::uintptr_t>(b.dst[i]) | static_cast<std::uintptr_t>(b.bytes[i]);
+  }
+  if (most == 0) return cudaSuccess;
+  // The lowest bit set in any size or address: the words that divide all of them.
+  const auto lowest = static_cast<std::int64_t>(bits & (~bits + 1));
+  with_row_words(lowest, nullptr, nullptr, [&](auto tag) {
+    using W = decltype(tag);
+    const std::int64_t words = most / static_cast<std::int64_t>(sizeof(W));
+    const std::int64_t blocks = (words + kThreads - 1) / kThreads;
+    const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024),
+                    static_cast<unsigned>(b.n));
+    copy_batch_kernel<W><<<grid, kThreads, 0, stream>>>(b);
   });
   return cudaGetLastError();
 }

@@ -1,4 +1,5 @@
-// elementwise_kernel: what swiglu.cpp and blas.cpp hand to the kernels of elementwise_kernel.cu.
+// elementwise_kernel: what swiglu.cpp, blas.cpp and kv_cache.cpp (among others) hand to the kernels
+// of elementwise_kernel.cu.
 // Plain types only, so that nvcc compiles no Eigen or fmt.
 #pragma once
 
@@ -54,5 +55,20 @@ cudaError_t launch_broadcast_rows(Float t, const void* bias, void* y, std::int64
 cudaError_t launch_embedding_rows(const void* table, std::int64_t table_rows, std::int64_t first,
                                   const std::int64_t* ids, std::int64_t n, std::int64_t row_bytes,
                                   void* out, cudaStream_t stream);
+
+/// Copies for launch_copy_batch, passed to the kernel by value (3 KB of parameters): copy i moves
+/// bytes[i] bytes from src[i] to dst[i].
+struct CopyBatch {
+  static constexpr int kMax = 128;
+  const void* src[kMax];
+  void* dst[kMax];
+  std::int64_t bytes[kMax];
+  int n = 0;
+};
+
+/// Queues the b.n copies of `b` (device memory; no copy's destination overlaps another's source
+/// or destination) in one launch, each by blocks of threads in the widest word that divides every
+/// size and address of the batch. Returns the launch's error.
+cudaError_t launch_copy_batch(const CopyBatch& b, cudaStream_t stream);
 
 }  // namespace meshtest::gpu::detail

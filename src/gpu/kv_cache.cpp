@@ -1,10 +1,17 @@
 // kv_cache (GPU): the CPU cache's checks (src/ops/kv_cache.hpp), rows copied a run of consecutive
-// positions at a time.
+// positions at a time (write), or every cache's rows of a batch in one launch (write_rows,
+// write_batch).
 #include "src/gpu/kv_cache.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <string>
 #include <string_view>
 
+#include <fmt/format.h>
+
+#include "src/gpu/elementwise_kernel.hpp"
+#include "src/gpu/op_timer.hpp"
 #include "src/gpu/runtime.hpp"
 #include "src/gpu/tensor_checks.hpp"
 #include "src/ops/kv_cache.hpp"
@@ -54,32 +61,75 @@ void DeviceKvCache::write(const DeviceTensor& k, const DeviceTensor& v,
 
 void DeviceKvCache::write_rows(const DeviceTensor& k, const DeviceTensor& v, std::int64_t row,
                                std::int64_t n, std::int64_t first, cudaStream_t stream) {
-  constexpr std::string_view op = "gpu KvCache::write_rows";
+  const KvCacheRows one{.cache = this, .row = row, .n = n, .first = first};
+  write_entries("gpu KvCache::write_rows", false, k, v, std::span(&one, 1), stream);
+}
+
+void DeviceKvCache::write_batch(const DeviceTensor& k, const DeviceTensor& v,
+                                std::span<const KvCacheRows> writes, cudaStream_t stream) {
+  write_entries("gpu KvCache::write_batch", true, k, v, writes, stream);
+}
+
+void DeviceKvCache::write_entries(std::string_view op, bool named, const DeviceTensor& k,
+                                  const DeviceTensor& v, std::span<const KvCacheRows> writes,
+                                  cudaStream_t stream) {
   perf::OpScope scope("kv_cache_write");
   scope.input(info(k)).input(info(v));
-  MESHTEST_CHECK(k.rank() == 3 && k.shape() == v.shape() && k.shape()[1] == kv_heads_ &&
-                     k.shape()[2] == head_dim_,
-                 "{}: k is {} and v {}, expected {}[m, {}, {}] each", op, describe(k), describe(v),
-                 dtype(), kv_heads_, head_dim_);
-  check_dtype(op, "k", k, dtype());
-  check_dtype(op, "v", v, dtype());
-  check_on_device(op, "k", k, k_.device());
-  check_on_device(op, "v", v, k_.device());
-  MESHTEST_CHECK(row >= 0 && n >= 0 && row + n <= k.shape()[0],
-                 "{}: rows [{}, {}) are not within k's {} rows", op, row, row + n, k.shape()[0]);
-  MESHTEST_CHECK(first >= 0 && first + n <= max_len_,
-                 "{}: positions [{}, {}) are not within [0, {})", op, first, first + n, max_len_);
-  if (n == 0) return;
-  const std::size_t bytes = k.nbytes() / static_cast<std::size_t>(k.shape()[0]);
-  const auto at = [&](std::int64_t i) { return static_cast<std::size_t>(i) * bytes; };
-  const DeviceGuard guard(k_.device());
-  const auto size = static_cast<std::size_t>(n) * bytes;
-  MESHTEST_CUDA_CHECK(cudaMemcpyAsync(k_.bytes() + at(first), k.bytes() + at(row), size,
-                                      cudaMemcpyDeviceToDevice, stream));
-  MESHTEST_CUDA_CHECK(cudaMemcpyAsync(v_.bytes() + at(first), v.bytes() + at(row), size,
-                                      cudaMemcpyDeviceToDevice, stream));
-  for (std::int64_t r = first; r < first + n; ++r) written_[static_cast<std::size_t>(r)] = true;
-  scope.bytes(static_cast<std::int64_t>(2 * size));
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    const KvCacheRows& w = writes[i];
+    const std::string at = named ? fmt::format("{} (write {})", op, i) : std::string(op);
+    MESHTEST_CHECK(w.cache != nullptr, "{}: no cache", at);
+    const DeviceKvCache& c = *w.cache;
+    MESHTEST_CHECK(k.rank() == 3 && k.shape() == v.shape() && k.shape()[1] == c.kv_heads_ &&
+                       k.shape()[2] == c.head_dim_,
+                   "{}: k is {} and v {}, expected {}[m, {}, {}] each", at, describe(k),
+                   describe(v), c.dtype(), c.kv_heads_, c.head_dim_);
+    check_dtype(at, "k", k, c.dtype());
+    check_dtype(at, "v", v, c.dtype());
+    check_on_device(at, "k", k, c.k_.device());
+    check_on_device(at, "v", v, c.k_.device());
+    MESHTEST_CHECK(w.row >= 0 && w.n >= 0 && w.row + w.n <= k.shape()[0],
+                   "{}: rows [{}, {}) are not within k's {} rows", at, w.row, w.row + w.n,
+                   k.shape()[0]);
+    MESHTEST_CHECK(w.first >= 0 && w.first + w.n <= c.max_len_,
+                   "{}: positions [{}, {}) are not within [0, {})", at, w.first, w.first + w.n,
+                   c.max_len_);
+    for (std::size_t j = 0; j < i; ++j) {
+      const KvCacheRows& o = writes[j];
+      const bool apart = o.cache != w.cache || o.first + o.n <= w.first || w.first + w.n <= o.first;
+      MESHTEST_CHECK(apart || o.n == 0 || w.n == 0,
+                     "{}: positions [{}, {}) overlap write {}'s [{}, {}) of the same cache", at,
+                     w.first, w.first + w.n, j, o.first, o.first + o.n);
+    }
+  }
+  if (writes.empty() || k.shape()[0] == 0) return;
+  const std::size_t row_bytes = k.nbytes() / static_cast<std::size_t>(k.shape()[0]);
+  const auto at = [&](std::int64_t i) { return static_cast<std::size_t>(i) * row_bytes; };
+  const DeviceGuard guard(k.device());
+  time_on_stream(scope, stream);  // last before the launches (see linear)
+  detail::CopyBatch batch;
+  const auto launch = [&] {
+    MESHTEST_CUDA_CHECK(detail::launch_copy_batch(batch, stream));
+    batch.n = 0;
+  };
+  const auto add = [&](std::byte* to, const std::byte* from, std::size_t bytes) {
+    batch.dst[batch.n] = to;
+    batch.src[batch.n] = from;
+    batch.bytes[batch.n] = static_cast<std::int64_t>(bytes);
+    if (++batch.n == detail::CopyBatch::kMax) launch();
+  };
+  std::size_t total = 0;
+  for (const KvCacheRows& w : writes) {
+    if (w.n == 0) continue;
+    const std::size_t size = at(w.n);
+    add(w.cache->k_.bytes() + at(w.first), k.bytes() + at(w.row), size);
+    add(w.cache->v_.bytes() + at(w.first), v.bytes() + at(w.row), size);
+    for (std::int64_t r = w.first; r < w.first + w.n; ++r)
+      w.cache->written_[static_cast<std::size_t>(r)] = true;
+    total += 2 * size;
+  }
+  if (batch.n > 0) launch();
+  scope.bytes(static_cast<std::int64_t>(total));
 }
 
 namespace {

@@ -6,11 +6,21 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "src/gpu/device_tensor.hpp"
 
 namespace meshtest::gpu {
+
+class DeviceKvCache;
+
+/// One cache's part of DeviceKvCache::write_batch: rows [row, row + n) of k and v stored at
+/// positions [first, first + n) of *cache.
+struct KvCacheRows {
+  DeviceKvCache* cache = nullptr;
+  std::int64_t row = 0, n = 0, first = 0;
+};
 
 /// KvCache on the current GPU: [max_len, kv_heads, head_dim] for keys and for values, one dtype,
 /// zero where never written; the bookkeeping of written positions on the host. Every member is
@@ -28,13 +38,21 @@ class DeviceKvCache {
   void write(const DeviceTensor& k, const DeviceTensor& v, std::span<const std::int64_t> positions);
 
   /// Stores rows [row, row + n) of k and v ([m, kv_heads, head_dim] each, m >= row + n, on the
-  /// cache's GPU) at positions [first, first + n), queued on `stream` without waiting: two
-  /// device-to-device copies and no temporaries, for a step that writes many caches and then
-  /// reads them in the stream's order (the model's batch decode: one wait for all its caches
-  /// instead of several per cache). k and v must stay alive and unchanged until the stream has
-  /// run the copies. Errors as write's, and for rows outside k.
+  /// cache's GPU) at positions [first, first + n), queued on `stream` without waiting: one
+  /// kernel launch and no temporaries, for a step that writes caches and then reads them in the
+  /// stream's order. k and v must stay alive and unchanged until the stream has run the copies.
+  /// Errors as write's, and for rows outside k.
   void write_rows(const DeviceTensor& k, const DeviceTensor& v, std::int64_t row, std::int64_t n,
                   std::int64_t first, cudaStream_t stream);
+
+  /// write_rows for many caches at once: every entry's rows, keys and values, in one kernel
+  /// launch on `stream` (up to 64 entries; more take a launch per 64), queued without waiting,
+  /// for a batch decode's sequences (the model's: one launch for its 64 caches). Each entry is
+  /// checked as write_rows's, named by its index; entries of one cache must not share a
+  /// position (the copies run in no order). k and v must stay alive and unchanged until the
+  /// stream has run the copies.
+  static void write_batch(const DeviceTensor& k, const DeviceTensor& v,
+                          std::span<const KvCacheRows> writes, cudaStream_t stream);
 
   /// Keys and values of positions [begin, end): [end − begin, kv_heads, head_dim] each. Throws
   /// Error unless 0 <= begin <= end <= max_len.
@@ -58,6 +76,11 @@ class DeviceKvCache {
   [[nodiscard]] DType dtype() const { return k_.dtype(); }
 
  private:
+  // write_rows and write_batch: `named` puts each entry's index in the messages.
+  static void write_entries(std::string_view op, bool named, const DeviceTensor& k,
+                            const DeviceTensor& v, std::span<const KvCacheRows> writes,
+                            cudaStream_t stream);
+
   std::int64_t max_len_, kv_heads_, head_dim_;
   DeviceTensor k_, v_;         // [max_len, kv_heads, head_dim]
   std::vector<bool> written_;  // [max_len]

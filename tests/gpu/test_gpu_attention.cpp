@@ -5,9 +5,10 @@
 // qkv_rope within the model of its Linear (and its split and rotation exact); attention with
 // sinks within the model of the CPU's flash form (prefill, decode against a cache, the sliding
 // window, GQA, rows that see no key, a prefill of 8192 tokens, bf16 on tensor cores), and a
-// batch of sequences over their own keys in one call; the KV cache's writes and reads
-// bit for bit against the CPU's, and decode steps against it; the model's input, the rows of a
-// vocab shard of the embedding (src/gpu/embedding.hpp), bit for bit; the bad inputs.
+// batch of sequences over their own keys in one call; the KV cache's writes and reads (and a
+// batch of caches' writes in one launch) bit for bit against the CPU's, and decode steps against
+// it; the model's input, the rows of a vocab shard of the embedding (src/gpu/embedding.hpp), bit
+// for bit; the bad inputs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "src/check/compare.hpp"
@@ -543,6 +545,89 @@ TEST(GpuKvCache, WritesAndReadsAreTheCpusAndDecodeAttendsThroughIt) {
                {"gpu KvCache::window_begin: position 4 must be in [0, 4)"});
   expect_error([] { DeviceKvCache bad(4, 1, 32, DType::f64); },
                {"gpu KvCache: dtype f64 is not f32 or bf16"});
+}
+
+TEST(GpuKvCache, WriteBatchIsEachCachesWriteInOneLaunch) {
+  // 70 caches (launches of 64 entries and of 6), each given a run of 0-3 rows of one step's k
+  // and v at its own positions, on a stream of its own; rows of 16-byte words (bf16, d 64), of
+  // 2-byte ones (bf16, d 3) and of 4-byte ones (f32, d 5). Each cache holds the bits of the CPU
+  // cache written the same rows, and the same written positions.
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const auto& [t, d] : std::vector<std::pair<DType, std::int64_t>>{
+           {DType::bf16, 64}, {DType::bf16, 3}, {DType::f32, 5}}) {
+    SCOPED_TRACE(fmt::format("{} head_dim {}", t, d));
+    const std::int64_t len = 8, kv = 2, caches = 70;
+    const Tensor k = random_normal({3 * caches, kv, d}, t, {.seed = 80});
+    const Tensor v = random_normal({3 * caches, kv, d}, t, {.seed = 81});
+    std::vector<KvCache> cpu;
+    std::vector<DeviceKvCache> gpu;
+    cpu.reserve(caches);
+    gpu.reserve(caches);  // the entries point into it
+    std::vector<KvCacheRows> writes;
+    for (std::int64_t c = 0; c < caches; ++c) {
+      const std::int64_t n = c % 4, row = 3 * c, first = c % (len - 3);
+      std::vector<std::int64_t> positions;
+      for (std::int64_t i = 0; i < n; ++i) positions.push_back(first + i);
+      cpu.emplace_back(len, kv, d, t).write(k.slice(0, row, n), v.slice(0, row, n), positions);
+      writes.push_back(
+          {.cache = &gpu.emplace_back(len, kv, d, t), .row = row, .n = n, .first = first});
+    }
+    const DeviceTensor dk = on_gpu(k), dv = on_gpu(v);
+    DeviceKvCache::write_batch(dk, dv, writes, stream);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (std::int64_t c = 0; c < caches; ++c) {
+      const auto i = static_cast<std::size_t>(c);
+      expect_bits(cpu[i].keys(0, len), gpu[i].keys(0, len), fmt::format("cache {} keys", c));
+      expect_bits(cpu[i].values(0, len), gpu[i].values(0, len), fmt::format("cache {} values", c));
+      for (std::int64_t p = 0; p < len; ++p) EXPECT_EQ(gpu[i].written(p), cpu[i].written(p));
+    }
+  }
+  {  // One cache twice at positions apart is two writes of it.
+    KvCache cpu(4, 1, 32, DType::f32);
+    DeviceKvCache gpu(4, 1, 32, DType::f32);
+    const Tensor k = random_normal({2, 1, 32}, DType::f32, {.seed = 82});
+    cpu.write(k, k, std::vector<std::int64_t>{3, 0});
+    const DeviceTensor dk = on_gpu(k);
+    const std::vector<KvCacheRows> twice{{&gpu, 0, 1, 3}, {&gpu, 1, 1, 0}};
+    DeviceKvCache::write_batch(dk, dk, twice, stream);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expect_bits(cpu.keys(0, 4), gpu.keys(0, 4), "one cache twice");
+    EXPECT_EQ(gpu.length(), 4);
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  DeviceKvCache a(4, 1, 32, DType::f32), b(4, 1, 32, DType::f32), wide(4, 2, 32, DType::f32);
+  const DeviceTensor two({2, 1, 32}, DType::f32);
+  const auto batch = [&](std::vector<KvCacheRows> w) {
+    DeviceKvCache::write_batch(two, two, w, kStream);
+  };
+  expect_error(
+      [&] {
+        batch({{&a, 0, 2, 0}, {&b, 0, 2, 0}, {&a, 1, 1, 1}});
+      },
+      {"gpu KvCache::write_batch (write 2): positions [1, 2) overlap write 0's [0, 2) "
+       "of the same cache"});
+  expect_error(
+      [&] {
+        batch({{&a, 0, 1, 0}, {&b, 1, 2, 0}});
+      },
+      {"gpu KvCache::write_batch (write 1): rows [1, 3) are not within k's 2 rows"});
+  expect_error(
+      [&] {
+        batch({{&a, 0, 1, 0}, {&b, 0, 1, 4}});
+      },
+      {"gpu KvCache::write_batch (write 1): positions [4, 5) are not within [0, 4)"});
+  expect_error(
+      [&] {
+        batch({{nullptr, 0, 1, 0}});
+      },
+      {"gpu KvCache::write_batch (write 0): no cache"});
+  expect_error(
+      [&] {
+        batch({{&a, 0, 1, 0}, {&wide, 0, 1, 0}});
+      },
+      {"gpu KvCache::write_batch (write 1): k is", "expected f32[m, 2, 32] each"});
+  EXPECT_FALSE(a.written(0));  // a batch with a bad entry writes nothing
 }
 
 TEST(GpuEmbedding, AShardsRowsAreTheCpusBits) {

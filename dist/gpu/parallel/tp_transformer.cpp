@@ -199,8 +199,8 @@ DeviceTensor tp_attention_block(const MeshDevice& mesh, g::Blas& blas, const Dev
     }
     qkv = g::qkv_rope_at(blas, t, w.projection.qkv_weight, w.projection.qkv_bias, qo, positions);
   }
-  // Every row's keys and values, written to the segments' caches on the stream (two copies per
-  // cache, one wait for all of them at most).
+  // Every row's keys and values, written to the segments' caches on the stream (one launch for
+  // all of them, one wait at most).
   DeviceTensor k_gathered, v_gathered;
   const bool gathered = mesh.axis_size(tokens_axis) > 1;
   if (gathered) {
@@ -209,13 +209,16 @@ DeviceTensor tp_attention_block(const MeshDevice& mesh, g::Blas& blas, const Dev
   }
   const DeviceTensor& k_all = gathered ? k_gathered : qkv.k;
   const DeviceTensor& v_all = gathered ? v_gathered : qkv.v;
-  bool written = false;
+  std::vector<g::KvCacheRows> writes;
   for (std::size_t s = 0; s < segments.size(); ++s) {
     if (segments[s].cache == nullptr) continue;
-    segments[s].cache->write_rows(k_all, v_all, starts[s], segments[s].rows, segments[s].first,
-                                  stream);
-    written = true;
+    writes.push_back({.cache = segments[s].cache,
+                      .row = starts[s],
+                      .n = segments[s].rows,
+                      .first = segments[s].first});
   }
+  const bool written = !writes.empty();
+  if (written) g::DeviceKvCache::write_batch(k_all, v_all, writes, stream);
   // Each run's queries over its segment's keys up to its last position: a run of enough rows
   // alone on tensor cores (sdpa_sinks), else every run in one batch reading the caches in place
   // in the stream's order.
